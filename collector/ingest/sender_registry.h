@@ -1,0 +1,49 @@
+// Who is sending: ranks announce themselves in hello frames (job, rank, node, pid, tids).
+// The BPF loader reads this registry to target the training processes; the exporter uses it to
+// turn a pid into the rank's job/rank labels (never a pid label).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/wire_format.h"
+
+namespace bpftrain::collector::ingest {
+
+struct Sender {
+  uint64_t sender_id = 0;
+  std::string job;
+  std::string node;
+  uint32_t rank = 0;
+  uint32_t world = 0;
+  pid_t pid = 0;
+  std::vector<pid_t> tids;
+  int64_t last_seen_ns = 0;
+};
+
+class SenderRegistry {
+ public:
+  explicit SenderRegistry(size_t max_senders = 100'000) : max_senders_(max_senders) {}
+
+  // Returns false when the registry is full (the hello is counted as dropped by the caller).
+  bool update(uint64_t sender_id, const wire::HelloView& hello, int64_t now_ns);
+  // Labels of a sender seen in a samples frame; false if it never said hello.
+  bool labelsOf(uint64_t sender_id, std::string& job, std::string& rank) const;
+
+  std::vector<Sender> snapshot() const;
+  // Bumped on every change of membership or tids, so readers can skip unchanged snapshots.
+  uint64_t version() const;
+
+ private:
+  mutable std::mutex mutex_;
+  size_t max_senders_;
+  uint64_t version_ = 0;
+  std::unordered_map<uint64_t, Sender> senders_;
+};
+
+}  // namespace bpftrain::collector::ingest

@@ -1,0 +1,84 @@
+// The collector's table of series and their sliding windows: the one interface between ingest
+// (writers, one thread per socket), the BPF loader (a writer), the exporter and the controller
+// (readers of snapshots). Contract for implementers and callers:
+//  - record() is the hot path: no allocation once a series exists, no global lock; safe to call
+//    from many threads at once (each ingest thread passes its own writer index).
+//  - lookup() allocates only when it creates a series; it fails (returns kRejectedSeries) when
+//    the cardinality limit is reached, and counts the rejection.
+//  - snapshot() may allocate; it merges writer shards and never blocks writers for long.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace bpftrain::collector::window {
+
+// How a series aggregates: counters sum increments (exported as _total), gauges keep the last
+// value, distributions (timers/histograms) keep a quantile sketch over the window.
+enum class SeriesKind : uint8_t { kCounter, kGauge, kDistribution };
+
+struct Label {
+  std::string_view name;
+  std::string_view value;
+};
+
+struct WindowConfig {
+  std::chrono::nanoseconds window = std::chrono::seconds(5);
+  std::chrono::nanoseconds step = std::chrono::milliseconds(500);
+  size_t max_series = 100'000;
+  size_t max_labels_per_series = 16;
+  double relative_error = 0.01;  // quantile sketch guarantee
+  int writers = 1;               // number of concurrent writer threads (ingest sockets + loader)
+};
+
+using SeriesId = uint32_t;
+inline constexpr SeriesId kRejectedSeries = ~SeriesId{0};
+
+// One series' view over the current window (the last `window` of completed steps plus the
+// step in progress).
+struct SeriesSnapshot {
+  std::string name;  // Prometheus name, bpftrain_ prefix included, no _total suffix
+  std::vector<std::pair<std::string, std::string>> labels;  // sorted by name
+  SeriesKind kind{};
+  uint64_t count = 0;       // samples in the window
+  double sum = 0;           // sum of values in the window (counters: increments)
+  double min = 0, max = 0;  // over the window (0 when count == 0)
+  double last = 0;          // most recent value (gauges)
+  double total = 0;         // counters: everything since the series was created
+  double rate = 0;          // count per second over the window (counters: sum per second)
+  // quantile(q) for q in kExportedQuantiles, from the sketch (distributions only)
+  std::vector<std::pair<double, double>> quantiles;
+  int64_t last_update_ns = 0;
+};
+
+inline constexpr double kExportedQuantiles[] = {0.5, 0.9, 0.99};
+
+class SeriesStore {
+ public:
+  static std::unique_ptr<SeriesStore> create(const WindowConfig& config);
+  virtual ~SeriesStore() = default;
+
+  // Finds or creates the series; labels need not be sorted. kRejectedSeries when the series
+  // limit is reached or the labels exceed max_labels_per_series.
+  virtual SeriesId lookup(std::string_view name, std::span<const Label> labels, SeriesKind kind) = 0;
+  // Adds one sample. `writer` in [0, config.writers). now_ns: CLOCK_MONOTONIC nanoseconds.
+  virtual void record(int writer, SeriesId id, double value, int64_t now_ns) = 0;
+
+  virtual std::vector<SeriesSnapshot> snapshot(int64_t now_ns) const = 0;
+  // One series (the controller's features); empty optional-like result: count == 0 and name empty.
+  virtual SeriesSnapshot snapshotOne(SeriesId id, int64_t now_ns) const = 0;
+
+  virtual size_t seriesCount() const = 0;
+  virtual uint64_t rejectedSeries() const = 0;
+  virtual size_t memoryBytes() const = 0;  // for the memory-per-series benchmark
+};
+
+int64_t monotonicNowNs();
+
+}  // namespace bpftrain::collector::window

@@ -1,0 +1,51 @@
+// Data-parallel collectives for the trainer. One Communicator per rank; allreduce() dispatches by
+// topology to one file per algorithm (allreduce_<algorithm>.cc). Every algorithm produces
+// bit-identical results on every rank, so parameters never diverge across a live switch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/training_config.h"
+
+namespace bpftrain::trainer::collective {
+
+struct CommOptions {
+  int rank = 0;
+  int world = 1;
+  // Rendezvous: a directory (file store, one host or a shared filesystem) or redis HOST:PORT.
+  std::string store;
+  std::string prefix = "bpftrain";   // store key prefix, so several jobs can share a store
+  // Address or interface this rank's transport binds to (a netns IP in netlab); empty: 127.0.0.1.
+  std::string bind_address;
+  // node_of[r] = node index of rank r (for hierarchical); empty: every rank on its own node.
+  std::vector<int> node_of;
+  std::chrono::milliseconds timeout = std::chrono::seconds(30);  // rendezvous and dead peers
+  size_t max_elements = 0;  // largest allreduce, so buffers are sized (and pairs' send buffers) up front
+};
+
+class Communicator {
+ public:
+  // Throws std::runtime_error with a message that names the fix (store unreachable, timeout...).
+  static std::unique_ptr<Communicator> create(const CommOptions& options);
+  virtual ~Communicator() = default;
+
+  // In-place sum across ranks; no allocation per call once buffers are sized.
+  virtual void allreduce(std::span<float> data, Topology topology) = 0;
+  virtual void broadcast(std::span<uint8_t> data, int root) = 0;
+  virtual void barrier() = 0;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+};
+
+// nccl-tests convention: algbw = bytes / time; busbw = algbw * 2 (n-1) / n for allreduce.
+inline double busBandwidth(double bytes, double seconds, int world) {
+  if (seconds <= 0 || world <= 0) return 0;
+  return bytes / seconds * 2.0 * (world - 1) / world;
+}
+
+}  // namespace bpftrain::trainer::collective
