@@ -1,0 +1,10 @@
+/* User page faults and transparent-huge-page faults per target. */
+#ifndef BPFTRAIN_BPF_FAULTS_H
+#define BPFTRAIN_BPF_FAULTS_H
+
+struct fault_counts {
+  __u64 page_faults; /* exceptions:page_fault_user */
+  __u64 thp_faults;  /* PMD-order page allocations in the target's own (user) context */
+};
+
+#endif

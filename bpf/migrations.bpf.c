@@ -1,0 +1,50 @@
+// Task migrations of target processes: cross-CPU (same LLC), cross-LLC or cross-node, using the
+// CPU->LLC and CPU->node tables the loader fills from sysfs before load.
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "bpf/lib/counters.bpf.h"
+#include "bpf/lib/target.bpf.h"
+#include "bpf/migrations.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u32 cpu_llc[BPFTRAIN_MAX_CPUS] = {};
+const volatile __u32 cpu_node[BPFTRAIN_MAX_CPUS] = {};
+
+BPFTRAIN_COUNTS_MAP(struct migration_counts);
+
+// Before 5.16 the CPU lived in task_struct itself; CO-RE picks whichever field exists.
+struct task_struct___cpu_in_task {
+  unsigned int cpu;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 taskCpu(struct task_struct *task) {
+  if (bpf_core_field_exists(task->thread_info.cpu))
+    return BPF_CORE_READ(task, thread_info.cpu);
+  return BPF_CORE_READ((struct task_struct___cpu_in_task *)task, cpu);
+}
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(on_migrate_task, struct task_struct *task, int dest_cpu) {
+  int slot = taskSlot(task);
+  if (slot < 0)
+    return 0;
+  struct migration_counts *c = slotCounts(&counts, slot);
+  if (!c)
+    return 0;
+  __u32 from = taskCpu(task);
+  __u32 to = (__u32)dest_cpu;
+  if (from >= BPFTRAIN_MAX_CPUS || to >= BPFTRAIN_MAX_CPUS)
+    return 0;
+  if (cpu_node[from] != cpu_node[to])
+    c->scope[MIGRATION_NODE]++;
+  else if (cpu_llc[from] != cpu_llc[to])
+    c->scope[MIGRATION_LLC]++;
+  else
+    c->scope[MIGRATION_CPU]++;
+  return 0;
+}

@@ -1,0 +1,11 @@
+/* Scheduler NUMA placement decisions for target tasks (sched_{move,swap,stick}_numa). */
+#ifndef BPFTRAIN_BPF_NUMA_MOVES_H
+#define BPFTRAIN_BPF_NUMA_MOVES_H
+
+enum numa_move_kind { NUMA_MOVE = 0, NUMA_SWAP = 1, NUMA_STICK = 2, NUMA_MOVE_KINDS = 3 };
+
+struct numa_move_counts {
+  __u64 kind[NUMA_MOVE_KINDS];
+};
+
+#endif

@@ -1,0 +1,25 @@
+/* TCP transport of target processes: queue depth (bytes in flight), smoothed RTT, retransmits. */
+#ifndef BPFTRAIN_BPF_TCP_H
+#define BPFTRAIN_BPF_TCP_H
+
+struct tcp_counts {
+  __u64 retransmits; /* tcp:tcp_retransmit_skb on a target's socket */
+  __u64 samples;     /* depth samples offered to the ring buffer */
+};
+
+/* One ring buffer record per sampled tcp:tcp_probe. */
+struct tcp_sample {
+  __u32 slot;
+  __u32 cwnd;         /* segments */
+  __u32 bytes_in_flight; /* snd_nxt - snd_una */
+  __u32 srtt_us;
+};
+
+/* Which target owns a socket; learned when the target sends on it (process context). */
+struct tcp_owner {
+  __u32 slot;
+  __u32 pad;
+  __u64 last_sample_ns;
+};
+
+#endif

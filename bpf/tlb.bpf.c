@@ -1,0 +1,24 @@
+// TLB flushes and shootdowns in a target's context (the PMU-free TLB signal): the initiator of a
+// shootdown (munmap/mprotect/migration) counts "remote_send_ipi"/"local_*", the CPUs that receive
+// the IPI while running the target count "remote_shootdown".
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "bpf/lib/counters.bpf.h"
+#include "bpf/lib/target.bpf.h"
+#include "bpf/tlb.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+BPFTRAIN_COUNTS_MAP(struct tlb_flush_counts);
+
+SEC("tp_btf/tlb_flush")
+int BPF_PROG(on_tlb_flush, int reason, unsigned long pages) {
+  struct tlb_flush_counts *c = slotCounts(&counts, currentSlot());
+  if (c && reason >= 0 && reason < TLB_FLUSH_REASONS)
+    c->flushes[reason]++;
+  return 0;
+}
