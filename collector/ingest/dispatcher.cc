@@ -1,0 +1,289 @@
+#include "collector/ingest/dispatcher.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+namespace bpftrain::collector::ingest {
+namespace {
+
+using window::Label;
+using window::SeriesId;
+using window::SeriesKind;
+using window::kRejectedSeries;
+
+SeriesKind kindOf(wire::SampleType t) {
+  switch (t) {
+    case wire::SampleType::kCounter: return SeriesKind::kCounter;
+    case wire::SampleType::kTimer: return SeriesKind::kDistribution;
+    case wire::SampleType::kGauge: break;
+  }
+  return SeriesKind::kGauge;
+}
+
+// A sequence that jumps back this far is a restarted sender, not a late frame.
+constexpr uint32_t kRestartDistance = 1u << 16;
+
+}  // namespace
+
+Dispatcher::Dispatcher(window::SeriesStore& store, SenderRegistry& registry, IngestStats& stats,
+                       int writer, DispatchOptions options)
+    : store_(store), registry_(registry), stats_(stats), writer_(writer),
+      options_(std::move(options)) {}
+
+void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns) {
+  IngestStats::bump(stats_.datagrams);
+  IngestStats::bump(stats_.bytes, datagram.size());
+  if (datagram.size() >= 4 && wire::getU32(datagram.data()) == wire::kMagic) {
+    handleBinary(datagram, now_ns);
+  } else {
+    handleStatsd(std::string_view(reinterpret_cast<const char*>(datagram.data()), datagram.size()),
+                 now_ns);
+  }
+}
+
+// ---------------------------------------------------------------- binary frames
+
+void Dispatcher::handleBinary(std::span<const uint8_t> datagram, int64_t now_ns) {
+  while (!datagram.empty()) {
+    wire::FrameView frame;
+    wire::DecodeError e = wire::nextFrame(datagram, frame);
+    if (e != wire::DecodeError::kNone) {
+      // The length field cannot be trusted past a bad header: the rest of the datagram is lost.
+      stats_.error(fromWire(e));
+      return;
+    }
+    switch (frame.header.kind) {
+      case wire::FrameKind::kHello: handleHello(frame, now_ns); break;
+      case wire::FrameKind::kSamples: handleSamples(frame, now_ns); break;
+      case wire::FrameKind::kWindowSummary:
+        if (!options_.summary) {
+          stats_.drop(DropReason::kUnexpectedKind);
+        } else if (wire::DecodeError se = options_.summary(frame, store_, writer_, now_ns);
+                   se != wire::DecodeError::kNone) {
+          stats_.error(DecodeReason::kBadSummary);
+        }
+        break;
+      case wire::FrameKind::kControl: stats_.drop(DropReason::kUnexpectedKind); break;
+    }
+  }
+}
+
+void Dispatcher::handleHello(const wire::FrameView& frame, int64_t now_ns) {
+  wire::HelloView hello;
+  if (wire::DecodeError e = wire::decodeHello(frame, hello); e != wire::DecodeError::kNone) {
+    stats_.error(fromWire(e));
+    return;
+  }
+  if (!registry_.update(frame.header.sender_id, hello, now_ns)) {
+    stats_.drop(DropReason::kRegistryFull);
+    return;
+  }
+  auto it = senders_.find(frame.header.sender_id);
+  if (it != senders_.end()) {
+    SenderState& s = it->second;
+    char rank[16];
+    auto [end, ec] = std::to_chars(rank, rank + sizeof rank, hello.rank);
+    if (s.job != hello.job || s.rank != std::string_view(rank, end)) {
+      // Same sender id, new identity: its cached series belong to the old labels.
+      senders_.erase(it);
+      return;
+    }
+    trackSequence(s, frame.header.sequence);
+  }
+}
+
+Dispatcher::SenderState* Dispatcher::senderState(uint64_t sender_id) {
+  auto it = senders_.find(sender_id);
+  if (it != senders_.end()) return &it->second;
+  std::string job, rank;
+  if (!registry_.labelsOf(sender_id, job, rank)) return nullptr;
+  SenderState& s = senders_[sender_id];
+  s.job = std::move(job);
+  s.rank = std::move(rank);
+  s.ids.fill(kUnset);
+  s.topology_info.fill(kUnset);
+  s.pinning_info.fill(kUnset);
+  return &s;
+}
+
+void Dispatcher::trackSequence(SenderState& s, uint32_t sequence) {
+  if (s.sequence_valid) {
+    uint32_t ahead = sequence - s.last_sequence;  // modulo 2^32: wraps like the sender's counter
+    if (ahead == 0) return;                       // duplicate
+    if (ahead > 0x80000000u) {
+      // Behind: a reordered late frame (its gap was already counted) or a restarted sender.
+      if (s.last_sequence - sequence < kRestartDistance) return;
+    } else {
+      IngestStats::bump(stats_.samples_lost, ahead - 1);
+    }
+  }
+  s.last_sequence = sequence;
+  s.sequence_valid = true;
+}
+
+SeriesId Dispatcher::seriesFor(SenderState& s, wire::MetricId metric) {
+  SeriesId& id = s.ids[size_t(metric)];
+  if (id != kUnset) return id;
+  wire::MetricInfo info = wire::metricInfo(metric);
+  char name[96] = "bpftrain_";
+  std::memcpy(name + 9, info.name.data(), info.name.size());
+  Label labels[] = {{"job", s.job}, {"rank", s.rank}};
+  SeriesId got = store_.lookup(std::string_view(name, 9 + info.name.size()), labels,
+                               kindOf(info.type));
+  if (got != kRejectedSeries) id = got;  // rejections are retried: the limit may be raised
+  return got;
+}
+
+SeriesId Dispatcher::infoSeries(SenderState& s, std::string_view name, std::string_view label,
+                                std::string_view value) {
+  Label labels[] = {{"job", s.job}, {"rank", s.rank}, {label, value}};
+  return store_.lookup(name, labels, SeriesKind::kGauge);
+}
+
+void Dispatcher::recordInfo(SenderState& s, bool topology, double value, int64_t now_ns) {
+  int count = topology ? kTopologyCount : kPinModeCount;
+  if (value < 0 || value >= count || value != std::floor(value)) return;  // gauge still recorded
+  int v = int(value);
+  int& current = topology ? s.topology : s.pinning;
+  auto& ids = topology ? s.topology_info : s.pinning_info;
+  auto idFor = [&](int which) {
+    if (ids[which] == kUnset) {
+      SeriesId got = topology ? infoSeries(s, "bpftrain_topology_info", "topology",
+                                           topologyName(Topology(which)))
+                              : infoSeries(s, "bpftrain_pinning_info", "mode",
+                                           pinModeName(PinMode(which)));
+      if (got == kRejectedSeries) return got;
+      ids[which] = got;
+    }
+    return ids[which];
+  };
+  if (current >= 0 && current != v) {
+    if (SeriesId old = idFor(current); old != kRejectedSeries) store_.record(writer_, old, 0, now_ns);
+  }
+  if (SeriesId id = idFor(v); id != kRejectedSeries) store_.record(writer_, id, 1, now_ns);
+  current = v;
+}
+
+void Dispatcher::handleSamples(const wire::FrameView& frame, int64_t now_ns) {
+  wire::SamplesView samples;
+  if (wire::DecodeError e = wire::decodeSamples(frame, samples); e != wire::DecodeError::kNone) {
+    stats_.error(fromWire(e));
+    return;
+  }
+  SenderState* s = senderState(frame.header.sender_id);
+  if (s == nullptr) {
+    stats_.drop(DropReason::kUnknownSender, samples.size());
+    return;
+  }
+  trackSequence(*s, frame.header.sequence);
+  uint64_t accepted = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    wire::SampleRecord r = samples[i];
+    SeriesId id = seriesFor(*s, r.metric);
+    if (id == kRejectedSeries) {
+      stats_.drop(DropReason::kSeriesLimit);
+      continue;
+    }
+    store_.record(writer_, id, r.value, now_ns);
+    if (r.metric == wire::MetricId::kTopology) recordInfo(*s, true, r.value, now_ns);
+    if (r.metric == wire::MetricId::kPinning) recordInfo(*s, false, r.value, now_ns);
+    ++accepted;
+  }
+  stats_.sample(Protocol::kBinary, accepted);
+}
+
+// ---------------------------------------------------------------- StatsD lines
+
+void Dispatcher::handleStatsd(std::string_view text, int64_t now_ns) {
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (line.empty() || line == "\r") continue;
+    handleStatsdLine(line, now_ns);
+  }
+}
+
+void Dispatcher::handleStatsdLine(std::string_view line, int64_t now_ns) {
+  StatsdLine& l = line_;
+  if (auto err = parseStatsdLine(line, l)) {
+    stats_.error(*err);
+    return;
+  }
+  // Series key: type, name and tags as sent (value and rate excluded), built in a fixed buffer.
+  char* k = key_buf_.data();
+  size_t key_len = 2 + l.name.size() + 1 + l.tags_raw.size();
+  if (key_len > key_buf_.size()) {
+    stats_.error(DecodeReason::kOversized);
+    return;
+  }
+  k[0] = char('0' + int(l.type));
+  k[1] = '|';
+  std::memcpy(k + 2, l.name.data(), l.name.size());
+  k[2 + l.name.size()] = '|';
+  std::memcpy(k + 3 + l.name.size(), l.tags_raw.data(), l.tags_raw.size());
+  std::string_view key(k, key_len);
+
+  auto it = statsd_.find(key);
+  if (it == statsd_.end()) {
+    // First sight of this series on this thread: map names (statsd_exporter rules) and look up.
+    char name[kMaxStatsdNameLength + 8];
+    size_t n = mapStatsdName(l.name, name, sizeof name);
+    if (n == 0) {
+      stats_.error(DecodeReason::kBadName);
+      return;
+    }
+    std::string_view pname(name, n);
+    // Counters are exported with a _total suffix; strip one sent by the client so it isn't doubled.
+    if (l.type == StatsdType::kCounter && pname.size() > 6 && pname.ends_with("_total"))
+      pname.remove_suffix(6);
+    char tag_names[kMaxStatsdTags][kMaxStatsdNameLength + 8];
+    Label labels[kMaxStatsdTags];
+    for (size_t i = 0; i < l.tag_count; ++i) {
+      size_t tn = mapStatsdName(l.tags[i].name, tag_names[i], sizeof tag_names[i]);
+      std::string_view tname(tag_names[i], tn);
+      if (tn == 0 || tname.starts_with("__")) {
+        stats_.error(DecodeReason::kBadTag);
+        return;
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (labels[j].name == tname) {  // duplicate label names cannot form a series
+          stats_.error(DecodeReason::kBadTag);
+          return;
+        }
+      }
+      labels[i] = Label{tname, l.tags[i].value};
+    }
+    SeriesKind kind = l.type == StatsdType::kCounter ? SeriesKind::kCounter
+                      : l.type == StatsdType::kGauge ? SeriesKind::kGauge
+                                                     : SeriesKind::kDistribution;
+    SeriesId id = store_.lookup(pname, std::span<const Label>(labels, l.tag_count), kind);
+    if (id == kRejectedSeries) {
+      stats_.drop(DropReason::kSeriesLimit);
+      return;
+    }
+    if (statsd_.size() >= options_.max_cached_series) statsd_.clear();
+    it = statsd_.emplace(std::string(key), StatsdEntry{id}).first;
+  }
+  StatsdEntry& e = it->second;
+  switch (l.type) {
+    case StatsdType::kCounter: store_.record(writer_, e.id, l.value / l.sample_rate, now_ns); break;
+    case StatsdType::kGauge:
+      e.gauge = l.relative ? e.gauge + l.value : l.value;
+      store_.record(writer_, e.id, e.gauge, now_ns);
+      break;
+    case StatsdType::kTimerMs:
+    case StatsdType::kHistogram: {
+      double v = l.type == StatsdType::kTimerMs ? l.value / 1000.0 : l.value;
+      // statsd_exporter observes a sampled timer 1/rate times; bounded against amplification.
+      int repeat = std::clamp(int(std::lround(1.0 / l.sample_rate)), 1, kMaxTimerRepeat);
+      for (int i = 0; i < repeat; ++i) store_.record(writer_, e.id, v, now_ns);
+      break;
+    }
+  }
+  stats_.sample(Protocol::kStatsd);
+}
+
+}  // namespace bpftrain::collector::ingest

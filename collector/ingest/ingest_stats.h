@@ -1,0 +1,95 @@
+// Ingest self-metrics. Each ingest thread owns one IngestStats and is its only writer, so the hot
+// path bumps relaxed atomics without contention; the exporter sums all threads on scrape.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "common/wire_format.h"
+
+namespace bpftrain::collector::ingest {
+
+// Why a datagram, frame or line was rejected: the `reason` label of
+// bpftrain_collector_decode_errors_total. The first values mirror wire::DecodeError.
+enum class DecodeReason : uint8_t {
+  kTruncated = 1,
+  kOversized,
+  kBadMagic,
+  kBadVersion,
+  kUnknownKind,
+  kCountOverrun,
+  kUnknownMetric,
+  kNonFinite,
+  kBadName,
+  // StatsD lines
+  kBadLine,        // no ':' or '|' where the syntax needs one
+  kBadValue,       // value is not a number (or a negative counter)
+  kBadType,        // type other than c, g, ms, h, d
+  kBadSampleRate,  // @rate not in (0, 1]
+  kBadTag,         // tag without a value, or a bad tag name
+  kLabelFlood,     // more tags than the bound, or a tag value over the length bound
+  kBadSummary,     // window-summary frame the upstream decoder rejected
+  kCount,
+};
+
+inline DecodeReason fromWire(wire::DecodeError e) { return DecodeReason(uint8_t(e)); }
+
+inline std::string_view decodeReasonName(DecodeReason r) {
+  switch (r) {
+    case DecodeReason::kBadLine: return "statsd_syntax";
+    case DecodeReason::kBadValue: return "bad_value";
+    case DecodeReason::kBadType: return "bad_type";
+    case DecodeReason::kBadSampleRate: return "bad_sample_rate";
+    case DecodeReason::kBadTag: return "bad_tag";
+    case DecodeReason::kLabelFlood: return "label_flood";
+    case DecodeReason::kBadSummary: return "bad_summary";
+    case DecodeReason::kCount: return "unknown";
+    default: return wire::decodeErrorName(wire::DecodeError(uint8_t(r)));
+  }
+}
+
+// Samples that decoded fine but were not stored: the `reason` label of dropped_total.
+enum class DropReason : uint8_t {
+  kUnknownSender,    // samples from a sender that has not said hello (yet)
+  kSeriesLimit,      // the store refused a new series (max_series)
+  kRegistryFull,     // hello from one sender too many
+  kUnexpectedKind,   // control frames (sent to the trainer, not here) or summaries w/o upstream
+  kCount,
+};
+
+inline std::string_view dropReasonName(DropReason r) {
+  switch (r) {
+    case DropReason::kUnknownSender: return "unknown_sender";
+    case DropReason::kSeriesLimit: return "series_limit";
+    case DropReason::kRegistryFull: return "registry_full";
+    case DropReason::kUnexpectedKind: return "unexpected_kind";
+    case DropReason::kCount: break;
+  }
+  return "unknown";
+}
+
+enum class Protocol : uint8_t { kBinary, kStatsd, kCount };
+inline std::string_view protocolName(Protocol p) {
+  return p == Protocol::kBinary ? "binary" : "statsd";
+}
+
+struct alignas(64) IngestStats {
+  std::atomic<uint64_t> samples[size_t(Protocol::kCount)]{};
+  std::atomic<uint64_t> decode_errors[size_t(DecodeReason::kCount)]{};
+  std::atomic<uint64_t> dropped[size_t(DropReason::kCount)]{};
+  std::atomic<uint64_t> samples_lost{};   // frames missing in per-sender sequences
+  std::atomic<uint64_t> kernel_drops{};   // SO_RXQ_OVFL: datagrams the socket buffer refused
+  std::atomic<uint64_t> datagrams{};
+  std::atomic<uint64_t> bytes{};
+
+  // Single writer per instance: a plain load+store is enough and cheaper than fetch_add.
+  static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  void sample(Protocol p, uint64_t n = 1) { bump(samples[size_t(p)], n); }
+  void error(DecodeReason r) { bump(decode_errors[size_t(r)]); }
+  void drop(DropReason r, uint64_t n = 1) { bump(dropped[size_t(r)], n); }
+};
+
+}  // namespace bpftrain::collector::ingest

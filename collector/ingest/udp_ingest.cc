@@ -1,0 +1,167 @@
+#include "collector/ingest/udp_ingest.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace bpftrain::collector::ingest {
+namespace {
+
+constexpr int kBatch = 64;                       // datagrams per recvmmsg
+constexpr size_t kBufferSize = wire::kMaxDatagramSize + 1;  // +1 to see MSG_TRUNC on loopback
+constexpr int kPollMs = 100;                     // how quickly stop() is noticed when idle
+
+int64_t nowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::string errnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+}  // namespace
+
+struct UdpIngest::Worker {
+  int fd = -1;
+  std::unique_ptr<Dispatcher> dispatcher;
+  IngestStats* stats = nullptr;
+  std::thread thread;
+  uint32_t last_ovfl = 0;  // SO_RXQ_OVFL is a running per-socket count
+  ~Worker() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+void IngestTotals::add(const IngestStats& s) {
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  for (size_t i = 0; i < size_t(Protocol::kCount); ++i) samples[i] += ld(s.samples[i]);
+  for (size_t i = 0; i < size_t(DecodeReason::kCount); ++i) decode_errors[i] += ld(s.decode_errors[i]);
+  for (size_t i = 0; i < size_t(DropReason::kCount); ++i) dropped[i] += ld(s.dropped[i]);
+  samples_lost += ld(s.samples_lost);
+  kernel_drops += ld(s.kernel_drops);
+  datagrams += ld(s.datagrams);
+  bytes += ld(s.bytes);
+}
+
+std::unique_ptr<UdpIngest> UdpIngest::start(const UdpIngestOptions& options,
+                                            window::SeriesStore& store, SenderRegistry& registry,
+                                            std::string& error) {
+  std::unique_ptr<UdpIngest> self(new UdpIngest());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, options.host.c_str(), &addr.sin_addr) != 1) {
+    error = "--listen: '" + options.host + "' is not an IPv4 address (use e.g. 127.0.0.1 or 0.0.0.0)";
+    return nullptr;
+  }
+  uint16_t port = options.port;
+  int threads = std::max(1, options.threads);
+  for (int i = 0; i < threads; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (w->fd < 0) {
+      error = errnoText("socket");
+      return nullptr;
+    }
+    int one = 1;
+    setsockopt(w->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    setsockopt(w->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
+    // SO_RCVBUFFORCE ignores net.core.rmem_max but needs CAP_NET_ADMIN; fall back quietly.
+    int want = options.rcvbuf_bytes;
+    bool forced = setsockopt(w->fd, SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof want) == 0;
+    if (!forced) setsockopt(w->fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof want);
+    int got = 0;
+    socklen_t len = sizeof got;
+    getsockopt(w->fd, SOL_SOCKET, SO_RCVBUF, &got, &len);
+    self->rcvbuf_bytes_ = got;
+    self->rcvbuf_forced_ = forced;
+    addr.sin_port = htons(port);
+    if (bind(w->fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      error = "--listen " + options.host + ":" + std::to_string(port) + ": " + std::strerror(errno) +
+              (errno == EADDRINUSE ? " (another collector running? pick another port or use :0)" : "");
+      return nullptr;
+    }
+    if (i == 0) {
+      sockaddr_in bound{};
+      socklen_t blen = sizeof bound;
+      getsockname(w->fd, reinterpret_cast<sockaddr*>(&bound), &blen);
+      port = ntohs(bound.sin_port);  // port 0: the rest join the port the kernel chose
+    }
+    self->stats_.push_back(std::make_unique<IngestStats>());
+    w->stats = self->stats_.back().get();
+    w->dispatcher = std::make_unique<Dispatcher>(store, registry, *w->stats,
+                                                 options.first_writer + i, options.dispatch);
+    self->workers_.push_back(std::move(w));
+  }
+  self->port_ = port;
+  for (auto& w : self->workers_) {
+    Worker* wp = w.get();
+    UdpIngest* sp = self.get();
+    w->thread = std::thread([sp, wp] { sp->run(*wp); });
+  }
+  return self;
+}
+
+UdpIngest::~UdpIngest() { stop(); }
+
+void UdpIngest::stop() {
+  stopping_.store(true);
+  for (auto& w : workers_) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+void UdpIngest::run(Worker& w) {
+  // All buffers are allocated once per thread; the loop below allocates nothing.
+  std::vector<uint8_t> storage(size_t(kBatch) * kBufferSize);
+  mmsghdr msgs[kBatch];
+  iovec iovs[kBatch];
+  alignas(cmsghdr) char control[kBatch][CMSG_SPACE(sizeof(uint32_t))];
+  auto reset = [&](int i) {
+    iovs[i] = iovec{storage.data() + size_t(i) * kBufferSize, kBufferSize};
+    msgs[i].msg_hdr = msghdr{};
+    msgs[i].msg_hdr.msg_iov = &iovs[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_control = control[i];
+    msgs[i].msg_hdr.msg_controllen = sizeof control[i];
+    msgs[i].msg_len = 0;
+  };
+  for (int i = 0; i < kBatch; ++i) reset(i);
+  pollfd pfd{w.fd, POLLIN, 0};
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    int n = recvmmsg(w.fd, msgs, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) {
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;
+      poll(&pfd, 1, kPollMs);
+      continue;
+    }
+    int64_t now = nowNs();
+    for (int i = 0; i < n; ++i) {
+      msghdr& h = msgs[i].msg_hdr;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+          uint32_t ovfl;
+          std::memcpy(&ovfl, CMSG_DATA(c), sizeof ovfl);
+          if (ovfl != w.last_ovfl) {
+            IngestStats::bump(w.stats->kernel_drops, uint32_t(ovfl - w.last_ovfl));
+            w.last_ovfl = ovfl;
+          }
+        }
+      }
+      if (h.msg_flags & MSG_TRUNC) {
+        w.stats->error(DecodeReason::kOversized);
+      } else {
+        w.dispatcher->handleDatagram(std::span<const uint8_t>(
+            static_cast<const uint8_t*>(iovs[i].iov_base), msgs[i].msg_len), now);
+      }
+      reset(i);
+    }
+  }
+}
+
+}  // namespace bpftrain::collector::ingest
