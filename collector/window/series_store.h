@@ -10,12 +10,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "collector/window/sketch.h"
 
 namespace bpftrain::collector::window {
 
@@ -59,6 +62,17 @@ struct SeriesSnapshot {
 
 inline constexpr double kExportedQuantiles[] = {0.5, 0.9, 0.99};
 
+// One series' completed step, as a child collector forwards it to its parent (--upstream) and
+// the parent merges it (mergeStep). Views are valid only during the call that hands them out.
+struct StepSummary {
+  std::string_view name;
+  std::span<const std::pair<std::string, std::string>> labels;  // sorted by name
+  SeriesKind kind{};
+  uint64_t count = 0;
+  double sum = 0, min = 0, max = 0, last = 0;
+  const Sketch* sketch = nullptr;  // distributions only
+};
+
 class SeriesStore {
  public:
   static std::unique_ptr<SeriesStore> create(const WindowConfig& config);
@@ -66,7 +80,8 @@ class SeriesStore {
 
   // Finds or creates the series; labels need not be sorted. kRejectedSeries when the series
   // limit is reached or the labels exceed max_labels_per_series.
-  virtual SeriesId lookup(std::string_view name, std::span<const Label> labels, SeriesKind kind) = 0;
+  virtual SeriesId lookup(std::string_view name, std::span<const Label> labels,
+                          SeriesKind kind) = 0;
   // Adds one sample. `writer` in [0, config.writers). now_ns: CLOCK_MONOTONIC nanoseconds.
   virtual void record(int writer, SeriesId id, double value, int64_t now_ns) = 0;
 
@@ -77,6 +92,20 @@ class SeriesStore {
   virtual size_t seriesCount() const = 0;
   virtual uint64_t rejectedSeries() const = 0;
   virtual size_t memoryBytes() const = 0;  // for the memory-per-series benchmark
+
+  // ---- window hierarchy (--upstream) and health; added by collector/window.
+  virtual const WindowConfig& config() const = 0;
+  // The step a monotonic time falls in: floor(now_ns / step).
+  virtual int64_t stepOf(int64_t now_ns) const = 0;
+  // Calls fn for every series with samples in `step` (shards merged), in id order; returns how
+  // many. A step older than the window is gone and visits nothing.
+  virtual size_t visitStep(int64_t step,
+                           const std::function<void(const StepSummary&)>& fn) const = 0;
+  // Merges a child's completed step into series `id` at the step of now_ns (counts and sums
+  // added, sketches merged, counters' totals grow by the step's sum, gauges take its last value).
+  virtual void mergeStep(int writer, SeriesId id, const StepSummary& step, int64_t now_ns) = 0;
+  // Samples that arrived for a step already evicted from the ring (kept in totals, not windows).
+  virtual uint64_t lateSamples() const = 0;
 };
 
 int64_t monotonicNowNs();

@@ -1,0 +1,352 @@
+#include "collector/window/series_store.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "collector/window/sliding_window.h"
+
+namespace bpftrain::collector::window {
+namespace {
+
+// Labels are sorted on the stack, so a lookup of an existing series allocates nothing.
+inline constexpr size_t kMaxLabelsHardLimit = 64;
+
+// Each (series, writer) shard has exactly one writing thread; the lock is only ever contended
+// by a snapshot reader merging that shard, which holds it for microseconds.
+class SpinLock {
+ public:
+  void lock() {
+    int spins = 0;
+    while (flag_.exchange(true, std::memory_order_acquire)) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    }
+  }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+// Cache-line aligned so two writers never share a line.
+struct alignas(64) Shard {
+  SpinLock lock;
+  SlidingWindow window;
+  double total = 0;  // counters: every increment since creation
+  double last = 0;
+  int64_t last_ns = std::numeric_limits<int64_t>::min();
+  int64_t first_step = std::numeric_limits<int64_t>::max();
+};
+
+struct Series {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> labels;  // sorted by name
+  SeriesKind kind{};
+  uint64_t hash = 0;
+  SeriesId next = kRejectedSeries;  // next series with the same hash
+  std::unique_ptr<Shard[]> shards;
+};
+
+uint64_t fnv1a(uint64_t h, std::string_view s) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  h ^= 0xff;  // separator, so ("ab","c") and ("a","bc") differ
+  h *= 0x100000001b3ULL;
+  return h;
+}
+
+size_t heapBytes(const std::string& s) {
+  return s.capacity() > std::string().capacity() ? s.capacity() + 1 : 0;
+}
+
+class ShardedSeriesStore final : public SeriesStore {
+ public:
+  explicit ShardedSeriesStore(const WindowConfig& config)
+      : config_(config),
+        writers_(std::max(config.writers, 1)),
+        max_series_(std::min<size_t>(config.max_series, kRejectedSeries - 2)),
+        max_labels_(std::min(config.max_labels_per_series, kMaxLabelsHardLimit)),
+        slots_(std::make_unique<std::atomic<Series*>[]>(max_series_)) {
+    config_.writers = writers_;
+    const int64_t step = std::max<int64_t>(config.step.count(), 1);
+    const int64_t window = std::max<int64_t>(config.window.count(), step);
+    spec_.step_ns = step;
+    spec_.steps = int((window + step - 1) / step);
+    spec_.relative_error = config.relative_error;
+    spec_.with_sketch = false;
+    sketch_spec_ = spec_;
+    sketch_spec_.with_sketch = true;
+  }
+
+  SeriesId lookup(std::string_view name, std::span<const Label> labels, SeriesKind kind) override {
+    if (labels.size() > max_labels_) return reject();
+    std::array<const Label*, kMaxLabelsHardLimit> sorted;
+    for (size_t i = 0; i < labels.size(); ++i) sorted[i] = &labels[i];
+    std::sort(sorted.begin(), sorted.begin() + labels.size(),
+              [](const Label* a, const Label* b) { return a->name < b->name; });
+    uint64_t h = fnv1a(0xcbf29ce484222325ULL, name);
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (i > 0 && sorted[i]->name == sorted[i - 1]->name) return reject();  // duplicate label
+      h = fnv1a(fnv1a(h, sorted[i]->name), sorted[i]->value);
+    }
+    std::span<const Label* const> key(sorted.data(), labels.size());
+    {
+      std::shared_lock lock(index_mutex_);
+      if (SeriesId id = findLocked(h, name, key); id != kRejectedSeries) return checkKind(id, kind);
+    }
+    std::unique_lock lock(index_mutex_);
+    if (SeriesId id = findLocked(h, name, key); id != kRejectedSeries) return checkKind(id, kind);
+    const uint32_t id = count_.load(std::memory_order_relaxed);
+    if (id >= max_series_) return reject();
+
+    auto series = std::make_unique<Series>();
+    series->name = std::string(name);
+    series->labels.reserve(key.size());
+    for (const Label* l : key) series->labels.emplace_back(l->name, l->value);
+    series->kind = kind;
+    series->hash = h;
+    series->shards = std::make_unique<Shard[]>(size_t(writers_));
+    for (int w = 0; w < writers_; ++w)
+      series->shards[w].window =
+          SlidingWindow(kind == SeriesKind::kDistribution ? sketch_spec_ : spec_);
+    auto [it, inserted] = index_.try_emplace(h, id);
+    if (!inserted) {
+      series->next = it->second;
+      it->second = id;
+    }
+    slots_[id].store(series.get(), std::memory_order_release);
+    owned_.push_back(std::move(series));
+    count_.store(id + 1, std::memory_order_release);
+    return id;
+  }
+
+  void record(int writer, SeriesId id, double value, int64_t now_ns) override {
+    Series* s = seriesAt(id);
+    if (!s || writer < 0 || writer >= writers_ || !std::isfinite(value)) return;
+    Shard& shard = s->shards[size_t(writer)];
+    const int64_t step = shard.window.stepOf(now_ns);
+    shard.lock.lock();
+    const bool windowed = shard.window.add(now_ns, value);
+    if (s->kind == SeriesKind::kCounter) shard.total += value;
+    if (now_ns >= shard.last_ns) {
+      shard.last = value;
+      shard.last_ns = now_ns;
+    }
+    if (step < shard.first_step) shard.first_step = step;
+    shard.lock.unlock();
+    if (!windowed) late_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  std::vector<SeriesSnapshot> snapshot(int64_t now_ns) const override {
+    const uint32_t n = count_.load(std::memory_order_acquire);
+    std::vector<SeriesSnapshot> out;
+    out.reserve(n);
+    Sketch scratch(config_.relative_error);
+    for (uint32_t id = 0; id < n; ++id) out.push_back(snapshotOf(*seriesAt(id), now_ns, scratch));
+    return out;
+  }
+
+  SeriesSnapshot snapshotOne(SeriesId id, int64_t now_ns) const override {
+    const Series* s = seriesAt(id);
+    if (!s) return SeriesSnapshot{};
+    Sketch scratch(config_.relative_error);
+    return snapshotOf(*s, now_ns, scratch);
+  }
+
+  size_t seriesCount() const override { return count_.load(std::memory_order_acquire); }
+  uint64_t rejectedSeries() const override { return rejected_.load(std::memory_order_relaxed); }
+  uint64_t lateSamples() const override { return late_.load(std::memory_order_relaxed); }
+
+  size_t memoryBytes() const override {
+    std::shared_lock lock(index_mutex_);
+    size_t bytes = sizeof(*this) + max_series_ * sizeof(std::atomic<Series*>) +
+                   owned_.capacity() * sizeof(std::unique_ptr<Series>);
+    // unordered_map: the bucket array plus one node (next pointer + value + cached hash) each.
+    bytes += index_.bucket_count() * sizeof(void*) +
+             index_.size() * (sizeof(void*) + sizeof(std::pair<uint64_t, SeriesId>) + 8);
+    for (const auto& s : owned_) {
+      bytes += sizeof(Series) + heapBytes(s->name);
+      bytes += s->labels.capacity() * sizeof(s->labels[0]);
+      for (const auto& [k, v] : s->labels) bytes += heapBytes(k) + heapBytes(v);
+      bytes += size_t(writers_) * sizeof(Shard);
+      for (int w = 0; w < writers_; ++w) {
+        Shard& shard = s->shards[size_t(w)];
+        shard.lock.lock();
+        bytes += shard.window.memoryBytes();
+        shard.lock.unlock();
+      }
+    }
+    return bytes;
+  }
+
+  const WindowConfig& config() const override { return config_; }
+  int64_t stepOf(int64_t now_ns) const override {
+    return SlidingWindow::floorDiv(now_ns, spec_.step_ns);
+  }
+
+  size_t visitStep(int64_t step, const std::function<void(const StepSummary&)>& fn) const override {
+    const uint32_t n = count_.load(std::memory_order_acquire);
+    Sketch scratch(config_.relative_error);
+    size_t visited = 0;
+    for (uint32_t id = 0; id < n; ++id) {
+      const Series& s = *seriesAt(id);
+      const bool dist = s.kind == SeriesKind::kDistribution;
+      StepAggregate agg;
+      scratch.clear();
+      bool any = false;
+      for (int w = 0; w < writers_; ++w) {
+        Shard& shard = s.shards[size_t(w)];
+        shard.lock.lock();
+        any |= shard.window.collectStep(step, agg, dist ? &scratch : nullptr);
+        shard.lock.unlock();
+      }
+      if (!any) continue;
+      StepSummary summary{s.name,    s.labels, s.kind,
+                          agg.count, agg.sum,  agg.min,
+                          agg.max,   agg.last, dist ? &scratch : nullptr};
+      fn(summary);
+      ++visited;
+    }
+    return visited;
+  }
+
+  void mergeStep(int writer, SeriesId id, const StepSummary& step, int64_t now_ns) override {
+    Series* s = seriesAt(id);
+    if (!s || writer < 0 || writer >= writers_ || step.count == 0) return;
+    Shard& shard = s->shards[size_t(writer)];
+    StepAggregate agg{step.count, step.sum, step.min, step.max, step.last, now_ns};
+    const int64_t at = shard.window.stepOf(now_ns);
+    shard.lock.lock();
+    const bool windowed = shard.window.mergeAt(now_ns, agg, step.sketch);
+    if (s->kind == SeriesKind::kCounter) shard.total += step.sum;
+    if (now_ns >= shard.last_ns) {
+      shard.last = step.last;
+      shard.last_ns = now_ns;
+    }
+    if (at < shard.first_step) shard.first_step = at;
+    shard.lock.unlock();
+    if (!windowed) late_.fetch_add(step.count, std::memory_order_relaxed);
+  }
+
+ private:
+  SeriesId reject() {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return kRejectedSeries;
+  }
+
+  // A name and label set already bound to another kind is refused (Prometheus would reject the
+  // exposition) and counted with the rejected series.
+  SeriesId checkKind(SeriesId id, SeriesKind kind) {
+    return seriesAt(id)->kind == kind ? id : reject();
+  }
+
+  SeriesId findLocked(uint64_t h, std::string_view name, std::span<const Label* const> key) const {
+    auto it = index_.find(h);
+    if (it == index_.end()) return kRejectedSeries;
+    for (SeriesId id = it->second; id != kRejectedSeries; id = seriesAt(id)->next) {
+      const Series& s = *seriesAt(id);
+      if (s.name != name || s.labels.size() != key.size()) continue;
+      bool same = true;
+      for (size_t i = 0; i < key.size() && same; ++i)
+        same = s.labels[i].first == key[i]->name && s.labels[i].second == key[i]->value;
+      if (same) return id;
+    }
+    return kRejectedSeries;
+  }
+
+  Series* seriesAt(SeriesId id) const {
+    if (id >= max_series_) return nullptr;
+    return slots_[id].load(std::memory_order_acquire);
+  }
+
+  SeriesSnapshot snapshotOf(const Series& s, int64_t now_ns, Sketch& scratch) const {
+    SeriesSnapshot snap;
+    snap.name = s.name;
+    snap.labels = s.labels;
+    snap.kind = s.kind;
+    const bool dist = s.kind == SeriesKind::kDistribution;
+    StepAggregate agg;
+    scratch.clear();
+    double total = 0, last = 0;
+    int64_t last_ns = std::numeric_limits<int64_t>::min();
+    int64_t first_step = std::numeric_limits<int64_t>::max();
+    for (int w = 0; w < writers_; ++w) {
+      Shard& shard = s.shards[size_t(w)];
+      shard.lock.lock();
+      shard.window.collect(now_ns, agg, dist ? &scratch : nullptr);
+      total += shard.total;
+      if (shard.last_ns > last_ns) {
+        last = shard.last;
+        last_ns = shard.last_ns;
+      }
+      first_step = std::min(first_step, shard.first_step);
+      shard.lock.unlock();
+    }
+    snap.count = agg.count;
+    snap.sum = agg.sum;
+    snap.min = agg.count ? agg.min : 0;
+    snap.max = agg.count ? agg.max : 0;
+    snap.last = last;
+    snap.last_update_ns = last_ns == std::numeric_limits<int64_t>::min() ? 0 : last_ns;
+    if (s.kind == SeriesKind::kCounter) snap.total = total;
+    if (first_step != std::numeric_limits<int64_t>::max()) {
+      const double amount = s.kind == SeriesKind::kCounter ? agg.sum : double(agg.count);
+      snap.rate = s.shards[0].window.rate(amount, now_ns, first_step);
+    }
+    if (dist) {
+      snap.quantiles.reserve(std::size(kExportedQuantiles));
+      for (double q : kExportedQuantiles) {
+        // Clamped to the exact window min/max: tighter than the sketch alone, same guarantee.
+        double v = agg.count ? std::clamp(scratch.quantile(q), agg.min, agg.max)
+                             : std::numeric_limits<double>::quiet_NaN();
+        snap.quantiles.emplace_back(q, v);
+      }
+    }
+    return snap;
+  }
+
+  WindowConfig config_;
+  int writers_;
+  size_t max_series_;
+  size_t max_labels_;
+  WindowSpec spec_, sketch_spec_;
+  std::unique_ptr<std::atomic<Series*>[]> slots_;
+  std::atomic<uint32_t> count_{0};
+  mutable std::shared_mutex index_mutex_;
+  std::unordered_map<uint64_t, SeriesId> index_;
+  std::vector<std::unique_ptr<Series>> owned_;
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> late_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<SeriesStore> SeriesStore::create(const WindowConfig& config) {
+  return std::make_unique<ShardedSeriesStore>(config);
+}
+
+int64_t monotonicNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace bpftrain::collector::window

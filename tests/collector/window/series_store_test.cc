@@ -1,0 +1,270 @@
+#include "collector/window/series_store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace bpftrain::collector::window {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kSec = 1'000'000'000;
+
+WindowConfig smallConfig(int writers = 1, size_t max_series = 1000) {
+  WindowConfig c;
+  c.window = std::chrono::seconds(1);
+  c.step = std::chrono::milliseconds(100);
+  c.writers = writers;
+  c.max_series = max_series;
+  return c;
+}
+
+TEST(SeriesStore, LookupIgnoresLabelOrderAndBoundsCardinality) {
+  auto store = SeriesStore::create(smallConfig(1, 3));
+  Label ab[] = {{"a", "1"}, {"b", "2"}};
+  Label ba[] = {{"b", "2"}, {"a", "1"}};
+  SeriesId id = store->lookup("bpftrain_x", ab, SeriesKind::kCounter);
+  ASSERT_NE(id, kRejectedSeries);
+  EXPECT_EQ(store->lookup("bpftrain_x", ba, SeriesKind::kCounter), id);
+  EXPECT_EQ(store->seriesCount(), 1u);
+  // Same name and labels under another kind: refused and counted.
+  EXPECT_EQ(store->lookup("bpftrain_x", ab, SeriesKind::kGauge), kRejectedSeries);
+  EXPECT_EQ(store->rejectedSeries(), 1u);
+  // Duplicate label names are refused.
+  Label dup[] = {{"a", "1"}, {"a", "2"}};
+  EXPECT_EQ(store->lookup("bpftrain_x", dup, SeriesKind::kCounter), kRejectedSeries);
+  EXPECT_EQ(store->rejectedSeries(), 2u);
+  // Name/label boundaries are part of the identity.
+  Label s1[] = {{"ab", "c"}};
+  Label s2[] = {{"a", "bc"}};
+  SeriesId x = store->lookup("bpftrain_y", s1, SeriesKind::kGauge);
+  SeriesId y = store->lookup("bpftrain_y", s2, SeriesKind::kGauge);
+  EXPECT_NE(x, kRejectedSeries);
+  EXPECT_NE(y, kRejectedSeries);
+  EXPECT_NE(x, y);
+  // The limit is 3 series.
+  EXPECT_EQ(store->lookup("bpftrain_z", {}, SeriesKind::kGauge), kRejectedSeries);
+  EXPECT_EQ(store->rejectedSeries(), 3u);
+  EXPECT_EQ(store->seriesCount(), 3u);
+  // Existing series are still found when full.
+  EXPECT_EQ(store->lookup("bpftrain_x", ba, SeriesKind::kCounter), id);
+}
+
+TEST(SeriesStore, TooManyLabelsAreRejected) {
+  WindowConfig c = smallConfig();
+  c.max_labels_per_series = 2;
+  auto store = SeriesStore::create(c);
+  Label three[] = {{"a", "1"}, {"b", "2"}, {"c", "3"}};
+  EXPECT_EQ(store->lookup("bpftrain_x", three, SeriesKind::kGauge), kRejectedSeries);
+  EXPECT_EQ(store->rejectedSeries(), 1u);
+  EXPECT_NE(store->lookup("bpftrain_x", std::span(three, 2), SeriesKind::kGauge), kRejectedSeries);
+}
+
+TEST(SeriesStore, SnapshotOfEachKind) {
+  auto store = SeriesStore::create(smallConfig(2));
+  Label rank[] = {{"rank", "0"}, {"job", "j"}};
+  SeriesId c = store->lookup("bpftrain_bytes", rank, SeriesKind::kCounter);
+  SeriesId g = store->lookup("bpftrain_loss", rank, SeriesKind::kGauge);
+  SeriesId d = store->lookup("bpftrain_step_seconds", rank, SeriesKind::kDistribution);
+  const int64_t t0 = 1000 * kSec;
+  // 200 samples over 2 s on two writers.
+  for (int i = 0; i < 200; ++i) {
+    int64_t t = t0 + i * 10 * kMs;
+    int w = i % 2;
+    store->record(w, c, 3, t);
+    store->record(w, g, i, t);
+    store->record(w, d, (i % 100) + 1, t);
+  }
+  const int64_t now = t0 + 2 * kSec;  // the window holds steps 10..19 (t0+1 s .. t0+2 s)
+  SeriesSnapshot sc = store->snapshotOne(c, now);
+  EXPECT_EQ(sc.name, "bpftrain_bytes");
+  ASSERT_EQ(sc.labels.size(), 2u);
+  EXPECT_EQ(sc.labels[0].first, "job");
+  EXPECT_EQ(sc.labels[1].first, "rank");
+  EXPECT_EQ(sc.kind, SeriesKind::kCounter);
+  EXPECT_EQ(sc.total, 600);
+  EXPECT_EQ(sc.count, 100u);
+  EXPECT_EQ(sc.sum, 300);
+  EXPECT_NEAR(sc.rate, 300, 1e-9);  // 300 per second
+  EXPECT_EQ(sc.last_update_ns, t0 + 199 * 10 * kMs);
+
+  SeriesSnapshot sg = store->snapshotOne(g, now);
+  EXPECT_EQ(sg.last, 199);
+  EXPECT_EQ(sg.min, 100);
+  EXPECT_EQ(sg.max, 199);
+  EXPECT_EQ(sg.total, 0);
+  EXPECT_NEAR(sg.rate, 100, 1e-9);
+
+  SeriesSnapshot sd = store->snapshotOne(d, now);
+  EXPECT_EQ(sd.count, 100u);
+  EXPECT_EQ(sd.sum, 5050);
+  ASSERT_EQ(sd.quantiles.size(), 3u);
+  // Values 1..100: exact quantiles 50, 90, 99 (rank floor(q * 99) + 1).
+  EXPECT_EQ(sd.quantiles[0].first, 0.5);
+  EXPECT_NEAR(sd.quantiles[0].second, 50, 0.5);
+  EXPECT_NEAR(sd.quantiles[1].second, 90, 0.9);
+  EXPECT_NEAR(sd.quantiles[2].second, 99, 0.99);
+
+  auto all = store->snapshot(now);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[2].name, "bpftrain_step_seconds");
+
+  // Later, the window is empty: counters keep their total, quantiles become NaN.
+  sc = store->snapshotOne(c, now + 10 * kSec);
+  EXPECT_EQ(sc.count, 0u);
+  EXPECT_EQ(sc.total, 600);
+  EXPECT_EQ(sc.rate, 0);
+  sd = store->snapshotOne(d, now + 10 * kSec);
+  EXPECT_TRUE(std::isnan(sd.quantiles[0].second));
+  EXPECT_EQ(store->snapshotOne(kRejectedSeries, now).name, "");
+}
+
+TEST(SeriesStore, RecordIgnoresBadArgumentsAndCountsLateSamples) {
+  auto store = SeriesStore::create(smallConfig(1));
+  SeriesId id = store->lookup("bpftrain_x", {}, SeriesKind::kCounter);
+  const int64_t t0 = 10 * kSec;
+  store->record(0, id, 1, t0 + 5 * kSec);
+  store->record(1, id, 1, t0);  // no such writer
+  store->record(0, kRejectedSeries, 1, t0);
+  store->record(0, id, std::nan(""), t0);
+  store->record(0, id, 2, t0 + 5 * kSec - 1100 * kMs);  // older than the ring
+  EXPECT_EQ(store->lateSamples(), 1u);
+  SeriesSnapshot s = store->snapshotOne(id, t0 + 5 * kSec);
+  EXPECT_EQ(s.count, 1u);
+  EXPECT_EQ(s.total, 3);  // late samples still count in the total
+}
+
+// Several writers and concurrent snapshots, creating series as they go: exact totals at the end.
+TEST(SeriesStore, ConcurrentWritersAndSnapshotsKeepExactTotals) {
+  constexpr int kWriters = 4;
+  constexpr int kSeries = 50;
+  constexpr int kPerWriter = 50'000;
+  WindowConfig config = smallConfig(kWriters);
+  config.window = std::chrono::seconds(100);  // everything stays inside the window
+  config.step = std::chrono::seconds(1);
+  auto store = SeriesStore::create(config);
+  const int64_t t0 = 5000 * kSec;
+
+  std::atomic<bool> done{false};
+  std::atomic<int> snapshots{0};
+  std::atomic<bool> monotonic{true};
+  std::thread reader([&] {
+    double previous = 0;
+    while (!done.load()) {
+      double total = 0;
+      for (const SeriesSnapshot& s : store->snapshot(t0 + kSec))
+        if (s.kind == SeriesKind::kCounter) total += s.total;
+      if (total < previous) monotonic = false;
+      previous = total;
+      snapshots.fetch_add(1);
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      std::vector<SeriesId> ids;
+      for (int s = 0; s < kSeries; ++s) {
+        std::string value = std::to_string(s);
+        Label l[] = {{"series", value}};
+        ids.push_back(store->lookup("bpftrain_c", l, SeriesKind::kCounter));
+        ids.push_back(store->lookup("bpftrain_d", l, SeriesKind::kDistribution));
+      }
+      for (int i = 0; i < kPerWriter; ++i) {
+        SeriesId c = ids[size_t(2 * (i % kSeries))];
+        SeriesId d = ids[size_t(2 * (i % kSeries) + 1)];
+        store->record(w, c, 1, t0 + (i % 900) * kMs);
+        store->record(w, d, double(i % 1000), t0 + (i % 900) * kMs);
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  done = true;
+  reader.join();
+  EXPECT_GT(snapshots.load(), 0);
+  EXPECT_TRUE(monotonic.load());
+  EXPECT_EQ(store->seriesCount(), size_t(2 * kSeries));
+  uint64_t counter_total = 0, dist_count = 0;
+  for (const SeriesSnapshot& s : store->snapshot(t0 + kSec)) {
+    if (s.kind == SeriesKind::kCounter) {
+      EXPECT_EQ(s.total, double(kWriters * kPerWriter / kSeries)) << s.labels[0].second;
+      counter_total += uint64_t(s.total);
+    } else {
+      EXPECT_EQ(s.count, uint64_t(kWriters * kPerWriter / kSeries));
+      dist_count += s.count;
+    }
+  }
+  EXPECT_EQ(counter_total, uint64_t(kWriters * kPerWriter));
+  EXPECT_EQ(dist_count, uint64_t(kWriters * kPerWriter));
+}
+
+TEST(SeriesStore, MemoryBytesGrowsWithSeriesAndSketches) {
+  auto store = SeriesStore::create(smallConfig(1));
+  const size_t empty = store->memoryBytes();
+  std::vector<SeriesId> ids;
+  for (int i = 0; i < 100; ++i) {
+    std::string v = std::to_string(i);
+    Label l[] = {{"rank", v}};
+    ids.push_back(store->lookup("bpftrain_step_seconds", l, SeriesKind::kDistribution));
+  }
+  const size_t with_series = store->memoryBytes();
+  EXPECT_GT(with_series, empty + 100 * sizeof(SeriesSnapshot));
+  for (SeriesId id : ids)
+    for (int i = 1; i <= 100; ++i) store->record(0, id, i * 0.001, 10 * kSec);
+  const size_t with_samples = store->memoryBytes();
+  // Each series sized at least one step's sketch bins (values 1 ms .. 100 ms: ~230 bins).
+  EXPECT_GE(with_samples, with_series + 100 * 230 * sizeof(uint64_t));
+  // Recording the same values again (a later step reusing nothing new) allocates nothing more
+  // than the new step's sketch.
+  for (SeriesId id : ids)
+    for (int i = 1; i <= 100; ++i) store->record(0, id, i * 0.001, 10 * kSec);
+  EXPECT_EQ(store->memoryBytes(), with_samples);
+}
+
+TEST(SeriesStore, VisitStepAndMergeStepCarryACompletedStepUpstream) {
+  auto child = SeriesStore::create(smallConfig(2));
+  auto parent = SeriesStore::create(smallConfig(1));
+  Label l[] = {{"rank", "3"}};
+  SeriesId d = child->lookup("bpftrain_step_seconds", l, SeriesKind::kDistribution);
+  SeriesId c = child->lookup("bpftrain_bytes_total_src", l, SeriesKind::kCounter);
+  const int64_t t0 = 77 * kSec;
+  for (int i = 1; i <= 50; ++i) {
+    child->record(i % 2, d, i, t0 + i * kMs);
+    child->record(i % 2, c, 2, t0 + i * kMs);
+  }
+  const int64_t step = child->stepOf(t0);
+  EXPECT_EQ(child->visitStep(step + 1, [](const StepSummary&) { FAIL(); }), 0u);
+  size_t visited = child->visitStep(step, [&](const StepSummary& s) {
+    EXPECT_EQ(s.labels.size(), 1u);
+    if (s.kind == SeriesKind::kDistribution) {
+      EXPECT_EQ(s.count, 50u);
+      EXPECT_EQ(s.sum, 1275);
+      EXPECT_EQ(s.min, 1);
+      EXPECT_EQ(s.max, 50);
+      EXPECT_EQ(s.last, 50);
+      ASSERT_NE(s.sketch, nullptr);
+      EXPECT_EQ(s.sketch->count(), 50u);
+    } else {
+      EXPECT_EQ(s.sum, 100);
+      EXPECT_EQ(s.sketch, nullptr);
+    }
+    Label pl[] = {{s.labels[0].first, s.labels[0].second}};
+    SeriesId id = parent->lookup(s.name, pl, s.kind);
+    ASSERT_NE(id, kRejectedSeries);
+    parent->mergeStep(0, id, s, 500 * kSec);
+    parent->mergeStep(0, id, s, 500 * kSec);
+  });
+  EXPECT_EQ(visited, 2u);
+  auto snap = parent->snapshot(500 * kSec);
+  ASSERT_EQ(snap.size(), 2u);
+  EXPECT_EQ(snap[0].count, 100u);
+  EXPECT_EQ(snap[0].sum, 2550);
+  EXPECT_NEAR(snap[0].quantiles[0].second, 25, 0.25);
+  EXPECT_EQ(snap[1].total, 200);
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::window
