@@ -1,0 +1,131 @@
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/hmac.h"
+#include "common/wire_format.h"
+#include "trainer/control/control_receiver.h"
+#include "trainer/control/verifier.h"
+
+namespace bpftrain::trainer::control {
+namespace {
+
+constexpr std::string_view kSecret = "s3cret-for-tests";
+
+uint64_t nowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+// What the controller sends: a kControl frame signed over controlSigningBytes().
+std::vector<uint8_t> signedFrame(std::string_view job, uint64_t epoch, uint8_t topo, uint8_t pin,
+                                 uint64_t ts, std::string_view secret = kSecret) {
+  wire::Control c;
+  c.job = job;
+  c.epoch = epoch;
+  c.topology = topo;
+  c.pinning = pin;
+  c.timestamp_ns = ts;
+  uint8_t signing[512];
+  size_t n = wire::controlSigningBytes(signing, c);
+  c.mac = hmacSha256(std::span(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
+                     std::span<const uint8_t>(signing, n));
+  std::vector<uint8_t> out(wire::kMaxFrameSize);
+  out.resize(wire::encodeControl(out, 9, uint32_t(epoch), c));
+  return out;
+}
+
+TEST(Verifier, AcceptsAValidDecision) {
+  Verifier v("job", std::string(kSecret), 0);
+  ConfigWord w;
+  ASSERT_EQ(v.verify(signedFrame("job", 1, 1, 2, nowNs()), nowNs(), w), Reject::kNone);
+  EXPECT_EQ(w, (ConfigWord{1, Topology::kHalvingDoubling, PinMode::kSpread}));
+  EXPECT_EQ(v.accepted(), 1u);
+  EXPECT_EQ(v.newestEpoch(), 1u);
+}
+
+TEST(Verifier, RejectsAndCountsEachKindOfBadDecision) {
+  Verifier v("job", std::string(kSecret), 5);
+  ConfigWord w;
+  const uint64_t now = nowNs();
+  EXPECT_EQ(v.verify(signedFrame("job", 4, 0, 0, now), now, w), Reject::kStaleEpoch);
+  EXPECT_EQ(v.verify(signedFrame("job", 5, 0, 0, now), now, w), Reject::kStaleEpoch);
+  EXPECT_EQ(v.verify(signedFrame("other", 6, 0, 0, now), now, w), Reject::kWrongJob);
+  EXPECT_EQ(v.verify(signedFrame("job", 6, 0, 0, now, "wrong-secret"), now, w), Reject::kBadMac);
+  EXPECT_EQ(v.verify(signedFrame("job", 6, 0, 0, now - 31'000'000'000ull), now, w),
+            Reject::kClockSkew);
+  EXPECT_EQ(v.verify(signedFrame("job", 6, 0, 0, now + 31'000'000'000ull), now, w),
+            Reject::kClockSkew);
+  EXPECT_EQ(v.verify(signedFrame("job", 6, 7, 0, now), now, w), Reject::kUnknownValue);
+  EXPECT_EQ(v.verify(signedFrame("job", 7, 0, 9, now), now, w), Reject::kUnknownValue);
+  // A tampered field breaks the MAC.
+  auto tampered = signedFrame("job", 6, 0, 0, now);
+  tampered[wire::kHeaderSize + 1 + 3 + 8] ^= 1;  // the topology byte after job and epoch
+  EXPECT_EQ(v.verify(tampered, now, w), Reject::kBadMac);
+  std::vector<uint8_t> junk{1, 2, 3};
+  EXPECT_EQ(v.verify(junk, now, w), Reject::kMalformed);
+  // Accept one, then its replay is rejected, as is a replay of a stale one.
+  auto good = signedFrame("job", 8, 3, 3, now);
+  EXPECT_EQ(v.verify(good, now, w), Reject::kNone);
+  EXPECT_EQ(v.verify(good, now, w), Reject::kReplay);
+  EXPECT_EQ(v.rejected(Reject::kStaleEpoch), 2u);
+  EXPECT_EQ(v.rejected(Reject::kWrongJob), 1u);
+  EXPECT_EQ(v.rejected(Reject::kBadMac), 2u);
+  EXPECT_EQ(v.rejected(Reject::kClockSkew), 2u);
+  EXPECT_EQ(v.rejected(Reject::kUnknownValue), 2u);
+  EXPECT_EQ(v.rejected(Reject::kMalformed), 1u);
+  EXPECT_EQ(v.rejected(Reject::kReplay), 1u);
+  EXPECT_EQ(v.rejectedTotal(), 11u);
+  EXPECT_EQ(v.accepted(), 1u);
+  EXPECT_EQ(w.epoch, 8u);
+}
+
+TEST(ControlReceiver, ReceivesOverUdpWithArrivalTime) {
+  Verifier v("job", std::string(kSecret), 0);
+  ControlReceiver rx("127.0.0.1:0", v);
+  ASSERT_NE(rx.port(), 0);
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(rx.port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const uint64_t sent = nowNs();
+  auto forged = signedFrame("job", 3, 2, 1, sent, "forged");
+  auto good = signedFrame("job", 2, 2, 1, sent);
+  sendto(fd, forged.data(), forged.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  sendto(fd, good.data(), good.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ConfigWord w;
+  uint64_t arrival = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool got = false;
+  while (!got && std::chrono::steady_clock::now() < deadline) {
+    got = rx.poll(w, arrival);
+    if (!got) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  close(fd);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(w, (ConfigWord{2, Topology::kBcube, PinMode::kCompact}));
+  EXPECT_GE(arrival, sent);
+  EXPECT_EQ(v.rejected(Reject::kBadMac), 1u);
+}
+
+TEST(ControlReceiver, PortInUseNamesTheFlag) {
+  Verifier v("job", std::string(kSecret), 0);
+  ControlReceiver first("127.0.0.1:0", v);
+  try {
+    ControlReceiver second("127.0.0.1:" + std::to_string(first.port()), v);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--control"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace bpftrain::trainer::control
