@@ -1,0 +1,46 @@
+// One allreduce algorithm over Gloo contexts; one implementation file per algorithm
+// (allreduce_<algorithm>.cc). The communicator owns one instance per topology and dispatches by
+// enum.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace gloo {
+class Context;
+}
+
+namespace bpftrain::trainer::collective {
+
+class AllreduceAlgorithm {
+ public:
+  virtual ~AllreduceAlgorithm() = default;
+  // In-place sum; the result is bit-identical on every rank.
+  virtual void run(std::span<float> data) = 0;
+};
+
+// Ring reduce-scatter + allgather over unbound buffers, pipelined in segments (ours, not Gloo's
+// AllreduceRing, whose per-rank summation order differs and is therefore not bit-identical).
+std::unique_ptr<AllreduceAlgorithm> makeRingAllreduce(std::shared_ptr<gloo::Context> context);
+
+// Gloo's AllreduceHalvingDoubling (recursive halving reduce-scatter, doubling allgather).
+std::unique_ptr<AllreduceAlgorithm> makeHalvingDoublingAllreduce(
+    std::shared_ptr<gloo::Context> context);
+
+// Gloo's AllreduceBcube; the group base is the context's base (see bcubeBase()).
+std::unique_ptr<AllreduceAlgorithm> makeBcubeAllreduce(std::shared_ptr<gloo::Context> context);
+
+// Reduce within a node to its leader, allreduce among leaders, broadcast within the node,
+// pipelined in chunks. node_context: the ranks of this rank's node (null if alone on its node);
+// leader_context: one rank per node (null on non-leaders or when there is a single node).
+std::unique_ptr<AllreduceAlgorithm> makeHierarchicalAllreduce(
+    std::shared_ptr<gloo::Context> node_context, std::shared_ptr<gloo::Context> leader_context,
+    size_t chunk_elements);
+
+// Gloo's bcube needs the world size divisible by the base; we use the smallest b with world = b^k
+// (a full hypercube), otherwise world itself (one step: direct reduce-scatter + allgather).
+int bcubeBase(int world);
+
+}  // namespace bpftrain::trainer::collective

@@ -1,0 +1,132 @@
+// Hierarchical allreduce: members of a node send their data to the node leader (lowest rank of
+// the node), the leader sums them in member order, leaders run a ring allreduce among themselves,
+// and each leader sends the result back to its members. Work is pipelined in chunks: while the
+// leaders' ring runs on chunk c, members' chunk c+1 is already on its way to the leader.
+// Bit-identical: each node sum has a fixed order, the leader ring is bit-identical, members copy.
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+
+#include "trainer/collective/allreduce_algorithm.h"
+#include "trainer/collective/allreduce_ring.h"
+#include "trainer/collective/buffer_cache.h"
+#include "trainer/collective/reduce_sum.h"
+
+namespace bpftrain::trainer::collective {
+namespace {
+
+constexpr uint64_t kReduceSlot = 0xB7000002ull << 24;
+constexpr uint64_t kBroadcastSlot = 0xB7000003ull << 24;
+constexpr uint64_t kLeaderRingSlot = 0xB7000004ull << 24;
+
+class HierarchicalAllreduce final : public AllreduceAlgorithm {
+ public:
+  HierarchicalAllreduce(std::shared_ptr<gloo::Context> node, std::shared_ptr<gloo::Context> leaders,
+                        size_t chunk_elements)
+      : node_(std::move(node)), chunk_(std::max<size_t>(1, chunk_elements)) {
+    if (leaders && leaders->size > 1)
+      ring_ = std::make_unique<RingAllreduce>(std::move(leaders), kLeaderRingSlot);
+    if (node_ && node_->size > 1 && node_->rank == 0) {
+      for (int m = 1; m < node_->size; ++m) {
+        auto& s = scratch_.emplace_back();
+        s.data.resize(2 * chunk_);
+        s.buf = node_->createUnboundBuffer(s.data.data(), s.data.size() * sizeof(float));
+      }
+    }
+  }
+
+  void run(std::span<float> data) override {
+    if (data.empty()) return;
+    if (!node_ || node_->size == 1) {
+      // Alone on its node: still chunk exactly like the other leaders so the rings match.
+      if (ring_) runLeader(data, nullptr);
+      return;
+    }
+    auto& nbuf = node_buffers_.get(data.data(), data.size(), [&] {
+      return node_->createUnboundBuffer(data.data(), data.size_bytes());
+    });
+    if (node_->rank == 0) {
+      runLeader(data, &nbuf);
+    } else {
+      runMember(data, nbuf);
+    }
+  }
+
+ private:
+  struct Scratch {
+    std::vector<float> data;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+  };
+
+  size_t chunks(size_t n) const { return (n + chunk_ - 1) / chunk_; }
+
+  void runMember(std::span<float> data, gloo::transport::UnboundBuffer& nbuf) {
+    const auto timeout = node_->getTimeout();
+    const size_t nchunks = chunks(data.size());
+    for (size_t c = 0; c < nchunks; ++c) {
+      const size_t off = c * chunk_, len = std::min(chunk_, data.size() - off);
+      nbuf.send(0, kReduceSlot, off * sizeof(float), len * sizeof(float));
+    }
+    // Safe to receive into the same memory: the leader only answers chunk c after it has read
+    // our chunk c completely.
+    for (size_t c = 0; c < nchunks; ++c) {
+      const size_t off = c * chunk_, len = std::min(chunk_, data.size() - off);
+      nbuf.recv(0, kBroadcastSlot, off * sizeof(float), len * sizeof(float));
+    }
+    for (size_t c = 0; c < nchunks; ++c) nbuf.waitSend(timeout);
+    for (size_t c = 0; c < nchunks; ++c) nbuf.waitRecv(timeout);
+  }
+
+  // nbuf: this buffer on the node context; null when the leader has no members.
+  void runLeader(std::span<float> data, gloo::transport::UnboundBuffer* nbuf) {
+    const auto timeout = node_ ? node_->getTimeout() : ring_->context().getTimeout();
+    const size_t nchunks = chunks(data.size());
+    gloo::transport::UnboundBuffer* lbuf = nullptr;
+    if (ring_) {
+      lbuf = &leader_buffers_.get(data.data(), data.size(), [&] {
+        return ring_->context().createUnboundBuffer(data.data(), data.size_bytes());
+      });
+    }
+    auto postRecv = [&](size_t c) {
+      const size_t off = c * chunk_, len = std::min(chunk_, data.size() - off);
+      for (size_t m = 0; m < scratch_.size(); ++m)
+        scratch_[m].buf->recv(static_cast<int>(m + 1), kReduceSlot,
+                              (c & 1) * chunk_ * sizeof(float), len * sizeof(float));
+    };
+    postRecv(0);
+    size_t pending_sends = 0;
+    for (size_t c = 0; c < nchunks; ++c) {
+      if (c + 1 < nchunks) postRecv(c + 1);
+      const size_t off = c * chunk_, len = std::min(chunk_, data.size() - off);
+      for (auto& s : scratch_) {
+        s.buf->waitRecv(timeout);
+        sumInto(data.data() + off, s.data.data() + (c & 1) * chunk_, len);
+      }
+      if (ring_) ring_->runRange(*lbuf, off, len);
+      for (size_t m = 1; m <= scratch_.size(); ++m) {
+        nbuf->send(int(m), kBroadcastSlot, off * sizeof(float), len * sizeof(float));
+        ++pending_sends;
+      }
+    }
+    for (; pending_sends > 0; --pending_sends) nbuf->waitSend(timeout);
+  }
+
+  std::shared_ptr<gloo::Context> node_;
+  size_t chunk_;
+  std::unique_ptr<RingAllreduce> ring_;
+  std::vector<Scratch> scratch_;  // leader only: one double-buffered chunk per member
+  BufferCache<gloo::transport::UnboundBuffer> node_buffers_{8};
+  BufferCache<gloo::transport::UnboundBuffer> leader_buffers_{8};
+};
+
+}  // namespace
+
+std::unique_ptr<AllreduceAlgorithm> makeHierarchicalAllreduce(
+    std::shared_ptr<gloo::Context> node_context, std::shared_ptr<gloo::Context> leader_context,
+    size_t chunk_elements) {
+  return std::make_unique<HierarchicalAllreduce>(std::move(node_context), std::move(leader_context),
+                                                 chunk_elements);
+}
+
+}  // namespace bpftrain::trainer::collective

@@ -1,0 +1,141 @@
+// Ring allreduce: reduce-scatter then allgather around rank -> rank+1, each chunk split into
+// segments so that one segment is on the wire while the previous one is being summed.
+// Bit-identical on every rank: each element is summed once, in ring order, on the rank that owns
+// its chunk, and every other rank receives a copy of that sum.
+#include "trainer/collective/allreduce_ring.h"
+
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+
+#include "trainer/collective/reduce_sum.h"
+
+namespace bpftrain::trainer::collective {
+namespace {
+
+struct Segment {
+  size_t start;  // element index relative to the region
+  size_t len;
+};
+
+class Layout {
+ public:
+  Layout(size_t count, int world) : count_(count) {
+    const size_t n = static_cast<size_t>(world);
+    // At least two segments per chunk so communication overlaps the sums.
+    per_chunk_ = std::max<size_t>(2, (count + n * RingAllreduce::kMaxSegmentElements - 1) /
+                                         (n * RingAllreduce::kMaxSegmentElements));
+    seg_ = std::max<size_t>(1, (count + n * per_chunk_ - 1) / (n * per_chunk_));
+  }
+  size_t perChunk() const { return per_chunk_; }
+  size_t segmentElements() const { return seg_; }
+  Segment segment(size_t chunk, size_t j) const {
+    const size_t g = chunk * per_chunk_ + j;
+    const size_t begin = std::min(g * seg_, count_);
+    const size_t end = std::min(begin + seg_, count_);
+    return {begin, end - begin};
+  }
+
+ private:
+  size_t count_;
+  size_t per_chunk_;
+  size_t seg_;
+};
+
+size_t mod(long a, long n) { return static_cast<size_t>(((a % n) + n) % n); }
+
+}  // namespace
+
+RingAllreduce::RingAllreduce(std::shared_ptr<gloo::Context> context, uint64_t slot)
+    : context_(std::move(context)), slot_(slot) {
+  scratch_.resize(2 * kMaxSegmentElements);
+  scratch_buf_ = context_->createUnboundBuffer(scratch_.data(), scratch_.size() * sizeof(float));
+}
+
+RingAllreduce::~RingAllreduce() = default;
+
+void RingAllreduce::run(std::span<float> data) {
+  if (context_->size == 1 || data.empty()) return;
+  auto& buf = buffers_.get(data.data(), data.size(), [&] {
+    return context_->createUnboundBuffer(data.data(), data.size_bytes());
+  });
+  runRange(buf, 0, data.size());
+}
+
+void RingAllreduce::runRange(gloo::transport::UnboundBuffer& buf, size_t offset, size_t count) {
+  const long n = context_->size;
+  const long r = context_->rank;
+  if (n == 1 || count == 0) return;
+  const int right = static_cast<int>((r + 1) % n);
+  const int left = static_cast<int>((r + n - 1) % n);
+  const auto timeout = context_->getTimeout();
+  const Layout layout(count, static_cast<int>(n));
+  const size_t k = layout.perChunk();
+  const size_t seg_bytes = layout.segmentElements() * sizeof(float);
+  const size_t steps = static_cast<size_t>(n - 1);
+  const size_t iterations = steps * k;
+  float* base = static_cast<float*>(buf.ptr) + offset;
+  const size_t base_bytes = offset * sizeof(float);
+
+  size_t pending_sends = 0;
+  auto throttleSends = [&](size_t limit) {
+    while (pending_sends > limit) {
+      buf.waitSend(timeout);
+      --pending_sends;
+    }
+  };
+
+  // Reduce-scatter: at step s rank r sends chunk r-s and receives chunk r-s-1, adding it to its
+  // own.
+  auto rsRecv = [&](size_t i) { return layout.segment(mod(r - long(i / k) - 1, n), i % k); };
+  auto rsSend = [&](size_t i) { return layout.segment(mod(r - long(i / k), n), i % k); };
+  auto finishRecv = [&](size_t i) {
+    const Segment seg = rsRecv(i);
+    if (seg.len == 0) return;
+    scratch_buf_->waitRecv(timeout);
+    sumInto(base + seg.start, scratch_.data() + (i & 1) * layout.segmentElements(), seg.len);
+  };
+  for (size_t i = 0; i < iterations; ++i) {
+    const Segment in = rsRecv(i);
+    if (in.len > 0) scratch_buf_->recv(left, slot_, (i & 1) * seg_bytes, in.len * sizeof(float));
+    if (i > 0) finishRecv(i - 1);
+    const Segment out = rsSend(i);
+    if (out.len > 0) {
+      buf.send(right, slot_, base_bytes + out.start * sizeof(float), out.len * sizeof(float));
+      ++pending_sends;
+      throttleSends(2);
+    }
+  }
+  finishRecv(iterations - 1);
+  throttleSends(0);
+
+  // Allgather: rank r now owns chunk r+1; at step s it sends chunk r+1-s and receives chunk r-s.
+  auto agRecv = [&](size_t i) { return layout.segment(mod(r - long(i / k), n), i % k); };
+  auto agSend = [&](size_t i) { return layout.segment(mod(r + 1 - long(i / k), n), i % k); };
+  size_t waited = 0;  // iterations whose receive has completed, in order
+  auto waitRecvsThrough = [&](size_t i) {
+    for (; waited <= i; ++waited)
+      if (agRecv(waited).len > 0) buf.waitRecv(timeout);
+  };
+  for (size_t i = 0; i < iterations; ++i) {
+    const Segment in = agRecv(i);
+    if (in.len > 0)
+      buf.recv(left, slot_, base_bytes + in.start * sizeof(float), in.len * sizeof(float));
+    const Segment out = agSend(i);
+    if (i >= k) waitRecvsThrough(i - k);  // forwarding what arrived one step ago
+    if (out.len > 0) {
+      buf.send(right, slot_, base_bytes + out.start * sizeof(float), out.len * sizeof(float));
+      ++pending_sends;
+      throttleSends(2);
+    }
+  }
+  if (iterations > 0) waitRecvsThrough(iterations - 1);
+  throttleSends(0);
+}
+
+std::unique_ptr<AllreduceAlgorithm> makeRingAllreduce(std::shared_ptr<gloo::Context> context) {
+  return std::make_unique<RingAllreduce>(std::move(context), /*slot=*/0xB7000001ull << 24);
+}
+
+}  // namespace bpftrain::trainer::collective

@@ -1,0 +1,200 @@
+// The Gloo (TCP) Communicator: rendezvous, one context for the world plus the node and leader
+// sub-group contexts of the hierarchical topology, and one algorithm object per topology.
+#include <gloo/barrier.h>
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <string>
+
+#include "trainer/collective/allreduce_algorithm.h"
+#include "trainer/collective/buffer_cache.h"
+#include "trainer/collective/communicator.h"
+#include "trainer/collective/rendezvous.h"
+
+namespace bpftrain::trainer::collective {
+namespace {
+
+constexpr uint64_t kBroadcastSlot = 0xB7000005ull << 24;
+// Hierarchical chunk: 1 MiB keeps the leader's per-member scratch small and the pipeline deep.
+constexpr size_t kHierarchicalChunkElements = 256 * 1024;
+
+std::string describe(const CommOptions& o) {
+  return "rank " + std::to_string(o.rank) + " of " + std::to_string(o.world);
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  explicit GlooCommunicator(const CommOptions& options) : options_(options) {
+    store_ = openStore(options.store);
+    joinStore(*store_, options.store, options.prefix, options.rank, options.world, options.timeout);
+    device_ = makeTcpDevice(options.bind_address);
+    const int world = options.world;
+    try {
+      context_ = connectContext(*store_, options.prefix + "/world", options.rank, world,
+                                bcubeBase(world), device_, options.timeout);
+      prime_bytes_ = defaultPrimeBytes();
+      primePairs(*context_, prime_bytes_);
+      buildHierarchy();
+    } catch (const gloo::Exception& e) {
+      throw std::runtime_error(describe(options) + ": connecting to peers through store " +
+                               options.store + " failed (" + e.what() +
+                               "): check that every rank can reach the others' --bind address "
+                               "and that the store holds no keys from an earlier run (use a "
+                               "fresh directory or prefix)");
+    }
+    algorithms_[size_t(Topology::kRing)] = makeRingAllreduce(context_);
+    algorithms_[size_t(Topology::kHalvingDoubling)] = makeHalvingDoublingAllreduce(context_);
+    algorithms_[size_t(Topology::kBcube)] = makeBcubeAllreduce(context_);
+    algorithms_[size_t(Topology::kHierarchical)] =
+        makeHierarchicalAllreduce(node_context_, leader_context_, kHierarchicalChunkElements);
+  }
+
+  ~GlooCommunicator() override {
+    // Algorithms hold buffers registered on the contexts: release them first.
+    for (auto& a : algorithms_) a.reset();
+    broadcast_buffers_.clear();
+  }
+
+  void allreduce(std::span<float> data, Topology topology) override {
+    const size_t t = static_cast<size_t>(topology);
+    if (t >= algorithms_.size())
+      throw std::invalid_argument("unknown topology " + std::to_string(t));
+    guarded("allreduce (" + std::string(topologyName(topology)) + ")", data.size_bytes(),
+            [&] { algorithms_[t]->run(data); });
+  }
+
+  void broadcast(std::span<uint8_t> data, int root) override {
+    if (root < 0 || root >= options_.world)
+      throw std::invalid_argument("broadcast root " + std::to_string(root) + " outside world " +
+                                  std::to_string(options_.world));
+    if (options_.world == 1 || data.empty()) return;
+    guarded("broadcast", data.size(), [&] {
+      auto& buf = broadcast_buffers_.get(data.data(), data.size(), [&] {
+        return context_->createUnboundBuffer(data.data(), data.size());
+      });
+      const auto timeout = context_->getTimeout();
+      if (options_.rank == root) {
+        for (int p = 0; p < options_.world; ++p)
+          if (p != root) buf.send(p, kBroadcastSlot);
+        for (int p = 1; p < options_.world; ++p) buf.waitSend(timeout);
+      } else {
+        buf.recv(root, kBroadcastSlot);
+        buf.waitRecv(timeout);
+      }
+    });
+  }
+
+  void barrier() override {
+    if (options_.world == 1) return;
+    guarded("barrier", 0, [&] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTimeout(context_->getTimeout());
+      gloo::barrier(opts);
+    });
+  }
+
+  int rank() const override { return options_.rank; }
+  int world() const override { return options_.world; }
+
+ private:
+  void buildHierarchy() {
+    const int world = options_.world;
+    std::vector<int> node_of = options_.node_of;
+    if (node_of.empty()) {
+      node_of.resize(world);
+      for (int r = 0; r < world; ++r) node_of[r] = r;
+    }
+    std::vector<int> members, leaders;  // ranks on my node; lowest rank of every node
+    for (int r = 0; r < world; ++r) {
+      if (node_of[r] == node_of[options_.rank]) members.push_back(r);
+      if (std::find(node_of.begin(), node_of.begin() + r, node_of[r]) == node_of.begin() + r)
+        leaders.push_back(r);
+    }
+    const int local =
+        int(std::find(members.begin(), members.end(), options_.rank) - members.begin());
+    if (members.size() > 1) {
+      node_context_ = connectContext(
+          *store_, options_.prefix + "/node/" + std::to_string(node_of[options_.rank]), local,
+          int(members.size()), 2, device_, options_.timeout);
+      primePairs(*node_context_, prime_bytes_);
+    }
+    if (local == 0 && leaders.size() > 1) {
+      if (int(leaders.size()) == world) {
+        leader_context_ = context_;  // every rank is alone on its node
+      } else {
+        const int index =
+            int(std::find(leaders.begin(), leaders.end(), options_.rank) - leaders.begin());
+        leader_context_ = connectContext(*store_, options_.prefix + "/leaders", index,
+                                         int(leaders.size()), 2, device_, options_.timeout);
+        primePairs(*leader_context_, prime_bytes_);
+      }
+    }
+  }
+
+  template <typename F>
+  void guarded(const std::string& what, size_t bytes, F&& f) {
+    if (!broken_.empty())
+      throw std::runtime_error(describe(options_) +
+                               ": communicator unusable after an earlier "
+                               "failure (" +
+                               broken_ + "); restart the job");
+    try {
+      f();
+    } catch (const std::exception& e) {
+      broken_ = e.what();
+      // Close our connections so peers blocked on us fail now instead of at their timeout.
+      for (auto* c : {context_.get(), node_context_.get(), leader_context_.get()})
+        if (c) c->closeConnections();
+      throw std::runtime_error(describe(options_) + ": " + what + " of " + std::to_string(bytes) +
+                               " bytes failed: " + e.what() +
+                               " (a peer died or did not respond within " +
+                               std::to_string(options_.timeout.count()) + " ms)");
+    }
+  }
+
+  CommOptions options_;
+  std::unique_ptr<gloo::rendezvous::Store> store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<gloo::Context> node_context_;
+  std::shared_ptr<gloo::Context> leader_context_;
+  size_t prime_bytes_ = 0;
+  std::array<std::unique_ptr<AllreduceAlgorithm>, kTopologyCount> algorithms_;
+  BufferCache<gloo::transport::UnboundBuffer> broadcast_buffers_{8};
+  std::string broken_;
+};
+
+void validate(const CommOptions& o) {
+  if (o.world < 1)
+    throw std::invalid_argument("world size must be >= 1 (got " + std::to_string(o.world) + ")");
+  if (o.rank < 0 || o.rank >= o.world)
+    throw std::invalid_argument("rank " + std::to_string(o.rank) + " outside world of " +
+                                std::to_string(o.world) + ": ranks are 0.." +
+                                std::to_string(o.world - 1));
+  if (!o.node_of.empty() && int(o.node_of.size()) != o.world)
+    throw std::invalid_argument("node_of has " + std::to_string(o.node_of.size()) +
+                                " entries for a world of " + std::to_string(o.world) +
+                                ": give one node index per rank");
+  if (o.timeout.count() <= 0) throw std::invalid_argument("timeout must be positive");
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::create(const CommOptions& options) {
+  validate(options);
+  // Gloo writes to sockets without MSG_NOSIGNAL: when a peer dies, the default SIGPIPE action
+  // would kill this rank silently instead of letting the write fail and raise our exception.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
+  return std::make_unique<GlooCommunicator>(options);
+}
+
+}  // namespace bpftrain::trainer::collective

@@ -1,0 +1,156 @@
+#include "trainer/collective/rendezvous.h"
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#define HIREDIS_NESTED_INCLUDE 1
+#include <gloo/rendezvous/redis_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace bpftrain::trainer::collective {
+namespace {
+
+std::string seconds(std::chrono::milliseconds t) {
+  if (t.count() % 1000 == 0) return std::to_string(t.count() / 1000) + "s";
+  return std::to_string(t.count()) + "ms";
+}
+
+bool isRedisSpec(const std::string& spec, std::string* host, int* port) {
+  const auto colon = spec.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size()) return false;
+  const std::string p = spec.substr(colon + 1);
+  if (!std::all_of(p.begin(), p.end(), [](unsigned char c) { return std::isdigit(c); }))
+    return false;
+  std::error_code ec;
+  if (std::filesystem::is_directory(spec, ec)) return false;
+  *host = spec.substr(0, colon);
+  *port = std::stoi(p);
+  return *port > 0 && *port < 65536;
+}
+
+}  // namespace
+
+std::unique_ptr<gloo::rendezvous::Store> openStore(const std::string& spec) {
+  if (spec.empty())
+    throw std::runtime_error(
+        "no rendezvous store: pass --store DIR (a directory all ranks can reach) or --store "
+        "HOST:PORT (a redis-server)");
+  std::string host;
+  int port = 0;
+  if (isRedisSpec(spec, &host, &port)) {
+    try {
+      return std::make_unique<gloo::rendezvous::RedisStore>(host, port);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot reach redis store " + spec + " (" + e.what() +
+                               "): start redis-server there or pass --store DIR");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(spec, ec);
+  if (!std::filesystem::is_directory(spec, ec))
+    throw std::runtime_error("rendezvous store " + spec +
+                             " is not a directory and cannot be created: pass a writable "
+                             "directory (or HOST:PORT of a redis-server)");
+  return std::make_unique<gloo::rendezvous::FileStore>(spec);
+}
+
+void joinStore(gloo::rendezvous::Store& store, const std::string& store_name,
+               const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout) {
+  auto key = [&](int r) { return prefix + "/join/" + std::to_string(r); };
+  const std::string me = std::to_string(rank);
+  store.set(key(rank), std::vector<char>(me.begin(), me.end()));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<int> missing;
+  for (int r = 0; r < world; ++r) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    try {
+      store.wait({key(r)}, std::max(left, std::chrono::milliseconds(1)));
+    } catch (const gloo::Exception&) {
+      missing.push_back(r);
+    }
+  }
+  if (missing.empty()) return;
+  std::string who = missing.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < missing.size(); ++i) who += (i ? "," : "") + std::to_string(missing[i]);
+  throw std::runtime_error(who + " of " + std::to_string(world) + " did not join store " +
+                           store_name + " (prefix " + prefix + ") within " + seconds(timeout) +
+                           " (this is rank " + std::to_string(rank) +
+                           "): start every rank with the same --store, --world and prefix, "
+                           "or raise the timeout");
+}
+
+std::shared_ptr<gloo::transport::Device> makeTcpDevice(const std::string& bind_address) {
+  gloo::transport::tcp::attr attr;
+  const std::string where = bind_address.empty() ? "127.0.0.1" : bind_address;
+  std::error_code ec;
+  if (!bind_address.empty() && std::filesystem::exists("/sys/class/net/" + bind_address, ec)) {
+    attr.iface = bind_address;  // an interface name: Gloo binds to its address
+  } else {
+    // An address, not a hostname lookup of this machine: in a netns the hostname resolves to
+    // 127.0.0.1 and peers in other namespaces cannot connect (NETLAB-NOTES pitfall 4).
+    attr.hostname = where;
+  }
+  try {
+    return gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot bind the collective transport to " + where + " (" + e.what() +
+                             "): pass --bind with an address or interface of this host");
+  }
+}
+
+std::shared_ptr<gloo::Context> connectContext(gloo::rendezvous::Store& store,
+                                              const std::string& prefix, int rank, int size,
+                                              int base,
+                                              std::shared_ptr<gloo::transport::Device>& device,
+                                              std::chrono::milliseconds timeout) {
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size, base);
+  context->setTimeout(timeout);
+  gloo::rendezvous::PrefixStore scoped(prefix, store);
+  context->connectFullMesh(scoped, device);
+  return context;
+}
+
+size_t defaultPrimeBytes() {
+  size_t bytes = 4u << 20;
+  std::ifstream f("/proc/sys/net/core/wmem_max");
+  size_t v = 0;
+  if (f >> v && v > 0) bytes = v;
+  return std::clamp<size_t>(bytes, 64u << 10, 32u << 20);
+}
+
+size_t primePairs(gloo::Context& context, size_t bytes) {
+  const int n = context.size;
+  if (n == 1) return 0;
+  std::vector<char> out(bytes, 0);
+  std::vector<std::vector<char>> in(n);
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> sends(n), recvs(n);
+  // Same slot on every rank: nextSlot() advances identically everywhere.
+  const int slot = context.nextSlot();
+  for (int p = 0; p < n; ++p) {
+    if (p == context.rank) continue;
+    auto& pair = context.getPair(p);
+    in[p].resize(bytes);
+    recvs[p] = pair->createRecvBuffer(slot, in[p].data(), bytes);
+    sends[p] = pair->createSendBuffer(slot, out.data(), bytes);
+  }
+  for (int p = 0; p < n; ++p)
+    if (sends[p]) sends[p]->send();
+  for (int p = 0; p < n; ++p) {
+    if (!sends[p]) continue;
+    recvs[p]->waitRecv();
+    sends[p]->waitSend();
+  }
+  return bytes;
+}
+
+}  // namespace bpftrain::trainer::collective
