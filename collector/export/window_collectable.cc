@@ -1,0 +1,131 @@
+#include "collector/export/window_collectable.h"
+
+#include <cstdio>
+#include <unordered_map>
+
+namespace bpftrain::collector::exporter {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using window::SeriesKind;
+
+MetricType typeOf(SeriesKind kind) {
+  switch (kind) {
+    case SeriesKind::kCounter:
+      return MetricType::Counter;
+    case SeriesKind::kGauge:
+      return MetricType::Gauge;
+    case SeriesKind::kDistribution:
+      return MetricType::Summary;
+  }
+  return MetricType::Untyped;
+}
+
+std::string genericHelp(SeriesKind kind) {
+  switch (kind) {
+    case SeriesKind::kCounter:
+      return "bpftrain counter: total since the collector first saw it";
+    case SeriesKind::kGauge:
+      return "bpftrain gauge: last value received";
+    case SeriesKind::kDistribution:
+      return "bpftrain distribution: quantiles, sum and count over the sliding window";
+  }
+  return "";
+}
+
+MetricFamily single(std::string name, std::string help, MetricType type, double value) {
+  MetricFamily f{std::move(name), std::move(help), type, {}};
+  ClientMetric m;
+  if (type == MetricType::Counter)
+    m.counter.value = value;
+  else
+    m.gauge.value = value;
+  f.metric.push_back(std::move(m));
+  return f;
+}
+
+}  // namespace
+
+std::string exportedName(std::string_view name, SeriesKind kind) {
+  std::string out(name);
+  constexpr std::string_view kTotal = "_total";
+  if (kind == SeriesKind::kCounter &&
+      !(out.size() >= kTotal.size() &&
+        out.compare(out.size() - kTotal.size(), kTotal.size(), kTotal) == 0))
+    out += kTotal;
+  return out;
+}
+
+WindowCollectable::WindowCollectable(const window::SeriesStore& store,
+                                     WindowCollectableOptions options)
+    : store_(store), options_(std::move(options)) {
+  if (!options_.clock) options_.clock = window::monotonicNowNs;
+}
+
+std::vector<MetricFamily> WindowCollectable::Collect() const {
+  std::vector<window::SeriesSnapshot> snap = store_.snapshot(options_.clock());
+  std::vector<MetricFamily> families;
+  std::unordered_map<std::string, size_t> by_name;
+  uint64_t conflicts = 0;
+  for (window::SeriesSnapshot& s : snap) {
+    std::string name = exportedName(s.name, s.kind);
+    auto [it, fresh] = by_name.try_emplace(name, families.size());
+    if (fresh) {
+      std::string help = options_.help ? options_.help(s.name, s.kind) : std::string();
+      families.push_back(
+          MetricFamily{name, help.empty() ? genericHelp(s.kind) : help, typeOf(s.kind), {}});
+    } else if (families[it->second].type != typeOf(s.kind)) {
+      ++conflicts;
+      continue;
+    }
+    ClientMetric m;
+    m.label.reserve(s.labels.size());
+    for (auto& [k, v] : s.labels) m.label.push_back({std::move(k), std::move(v)});
+    switch (s.kind) {
+      case SeriesKind::kCounter:
+        m.counter.value = s.total;
+        break;
+      case SeriesKind::kGauge:
+        m.gauge.value = s.last;
+        break;
+      case SeriesKind::kDistribution:
+        m.summary.sample_count = s.count;
+        m.summary.sample_sum = s.sum;
+        for (auto [q, v] : s.quantiles) m.summary.quantile.push_back({q, v});
+        break;
+    }
+    families[it->second].metric.push_back(std::move(m));
+  }
+  if (conflicts) {
+    conflicts_.fetch_add(conflicts, std::memory_order_relaxed);
+    if (!conflict_logged_.exchange(true))
+      std::fprintf(stderr,
+                   "bpftrain-collector: %llu series not exported: their name is already used by a "
+                   "series of another kind (see bpftrain_collector_export_conflicts_total); give "
+                   "counters, gauges and timers distinct names\n",
+                   static_cast<unsigned long long>(conflicts));
+  }
+  if (options_.store_health) {
+    families.push_back(single("bpftrain_collector_series", "series in the window store",
+                              MetricType::Gauge, double(store_.seriesCount())));
+    families.push_back(single("bpftrain_collector_series_rejected_total",
+                              "series refused: cardinality limit, too many or duplicate labels, "
+                              "or a name reused with another kind",
+                              MetricType::Counter, double(store_.rejectedSeries())));
+    families.push_back(single("bpftrain_collector_late_samples_total",
+                              "samples for a step already evicted from the window (kept in "
+                              "totals only)",
+                              MetricType::Counter, double(store_.lateSamples())));
+    families.push_back(single("bpftrain_collector_window_memory_bytes",
+                              "bytes the window store allocated", MetricType::Gauge,
+                              double(store_.memoryBytes())));
+    families.push_back(single("bpftrain_collector_export_conflicts_total",
+                              "series skipped on export: name taken by another kind",
+                              MetricType::Counter, double(kindConflicts())));
+  }
+  return families;
+}
+
+}  // namespace bpftrain::collector::exporter
