@@ -1,0 +1,74 @@
+// A non-stationary bandit over (topology, pinning) arms, rewarded by the job's measured
+// samples/s. Discounted UCB (Garivier & Moulines 2011): every observation first discounts all
+// arms' statistics by `discount`, so old evidence fades and long-unplayed arms regain an
+// exploration bonus. Exploration (any step spent on an arm other than the greedy best,
+// including its settling steps) is paid from a token bucket that fills by `budget_fraction`
+// per step and holds at most `bank_steps`: over any run, exploration steps <= budget_fraction x
+// steps + bank_steps (the initial allowance that learns the arms at start-up). A two-sided
+// Page-Hinkley test on the current arm's reward detects a phase change and forgets the other
+// arms' stale estimates so that they are re-explored.
+#pragma once
+
+#include <vector>
+
+#include "collector/controller/policy.h"
+
+namespace bpftrain::collector::controller {
+
+struct BanditConfig {
+  std::vector<Arm> arms;  // empty: the four topologies with pinning none
+  double discount = 0.99;
+  double exploration = 0.2;   // UCB bonus scale, relative to the best arm's mean reward
+  double budget_fraction = 0.05;
+  // Tokens held at most, and at start. Routine re-visits of known arms wait for a full bank, so
+  // that a phase change (or an untried arm) always finds bank - cost tokens to re-explore with.
+  double bank_steps = 12;
+  int settle_steps = 1;  // observations ignored after a switch (the step still mixes configs)
+  int trial_steps = 2;   // observations per exploration visit, and the minimum stint
+  double switch_margin = 0.03;  // exploit a different arm only when it is this much better
+  // Page-Hinkley on reward / stint mean: drift allowance and alarm threshold.
+  double ph_delta = 0.05;
+  double ph_lambda = 0.5;
+  int ph_min_samples = 3;
+};
+
+class BanditPolicy final : public Policy {
+ public:
+  explicit BanditPolicy(BanditConfig config = {});
+  std::string_view name() const override { return "bandit"; }
+  Decision decide(const Features& features, const Arm& current, int64_t now_ns) override;
+
+  // For tests and the decisions log.
+  int steps() const { return steps_; }
+  int explorationSteps() const { return exploration_steps_; }
+  int changesDetected() const { return changes_detected_; }
+  double meanReward(size_t arm) const;
+  size_t bestArm() const;
+
+ private:
+  struct ArmStats {
+    double sum = 0;  // discounted
+    double n = 0;    // discounted
+  };
+  int armIndex(const Arm& a) const;
+  void observe(size_t arm, double reward);
+  bool pageHinkley(double reward);
+  void resetStint();
+  double index(size_t arm, double total_n, double scale) const;
+
+  BanditConfig config_;
+  std::vector<ArmStats> stats_;
+  double tokens_;
+  int steps_ = 0;
+  int exploration_steps_ = 0;
+  int changes_detected_ = 0;
+  // The current stint on one arm: steps since the switch, observations, and the PH state.
+  int stint_arm_ = -1;
+  int stint_steps_ = 0;
+  int stint_obs_ = 0;
+  double stint_mean_ = 0;
+  double ph_up_ = 0, ph_down_ = 0;
+  bool exploring_ = false;  // the current stint is an exploration visit
+};
+
+}  // namespace bpftrain::collector::controller

@@ -1,0 +1,188 @@
+#include "collector/controller/controller_service.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/hmac.h"
+
+namespace bpftrain::collector::controller {
+
+std::optional<ControlMode> parseControlMode(std::string_view s) {
+  if (s == "act") return ControlMode::kAct;
+  if (s == "advise") return ControlMode::kAdvise;
+  return std::nullopt;
+}
+
+std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig config,
+                                                             window::SeriesStore* metrics,
+                                                             std::string& error) {
+  std::unique_ptr<Policy> policy = makePolicy(config.policy);
+  if (!policy) {
+    error = "controller: unknown policy '" + config.policy + "': use --policy rules or bandit";
+    return nullptr;
+  }
+  return create(std::move(config), std::move(policy), metrics, error);
+}
+
+std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig config,
+                                                             std::unique_ptr<Policy> policy,
+                                                             window::SeriesStore* metrics,
+                                                             std::string& error) {
+  std::unique_ptr<ControllerService> s(new ControllerService());
+  if (config.mode == ControlMode::kAct) {
+    std::string secret = config.secret;
+    if (secret.empty()) {
+      if (config.secret_file.empty()) {
+        error = "controller: --control needs --secret FILE (the secret the trainer was given), "
+                "or --control=advise to only recommend";
+        return nullptr;
+      }
+      std::optional<std::string> read = readSecretFile(config.secret_file, error);
+      if (!read) return nullptr;
+      secret = *read;
+    }
+    std::string job = config.job.empty() ? "default" : config.job;
+    s->channel_ = ControlChannel::open(config.trainer_address, std::move(secret), job, error);
+    if (!s->channel_) return nullptr;
+  }
+  if (!config.decisions_log.empty()) {
+    s->log_ = std::fopen(config.decisions_log.c_str(), "a");
+    if (s->log_ == nullptr) {
+      error = "controller: cannot open decisions log '" + config.decisions_log +
+              "': " + std::strerror(errno) + " (choose a writable path)";
+      return nullptr;
+    }
+  }
+  if (!config.job.empty()) s->extractor_ = std::make_unique<FeatureExtractor>(config.job);
+  s->policy_ = std::move(policy);
+  s->metrics_ = metrics;
+  s->config_ = std::move(config);
+  return s;
+}
+
+ControllerService::~ControllerService() {
+  if (log_ != nullptr) std::fclose(log_);
+}
+
+void ControllerService::writeLog(const nlohmann::json& line) {
+  if (log_ == nullptr) return;
+  std::string text = line.dump();
+  text.push_back('\n');
+  std::fwrite(text.data(), 1, text.size(), log_);
+  std::fflush(log_);
+}
+
+void ControllerService::count(std::string_view name, std::initializer_list<window::Label> labels,
+                              double value, int64_t now_ns, window::SeriesKind kind) {
+  if (metrics_ == nullptr) return;
+  window::SeriesId id =
+      metrics_->lookup(name, std::span<const window::Label>(labels.begin(), labels.size()), kind);
+  if (id != window::kRejectedSeries) metrics_->record(config_.writer, id, value, now_ns);
+}
+
+void ControllerService::send(const Pending& p, int64_t now_ns) {
+  std::string error;
+  if (channel_->send(p.epoch, uint8_t(p.to.topology), uint8_t(p.to.pinning), wallClockNs(),
+                     error)) {
+    ++stats_.sends;
+    count("bpftrain_controller_sends", {{"result", "ok"}}, 1, now_ns);
+  } else {
+    ++stats_.send_errors;
+    count("bpftrain_controller_sends", {{"result", "error"}}, 1, now_ns);
+    std::fprintf(stderr, "%s (retrying next step)\n", error.c_str());
+  }
+}
+
+void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<window::SeriesSnapshot> snaps = store.snapshot(now_ns);
+  if (!extractor_) {
+    std::vector<std::string> jobs = jobsIn(snaps);
+    if (jobs.empty()) return;
+    extractor_ = std::make_unique<FeatureExtractor>(jobs.front());
+  }
+  const Features& f = extractor_->update(snaps, now_ns);
+  if (!f.has_steps) return;
+  Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
+
+  if (pending_) {
+    if (f.epoch_min >= 0 && uint64_t(f.epoch_min) >= pending_->epoch && f.config_consistent) {
+      double latency_s = double(now_ns - pending_->decided_ns) * 1e-9;
+      ++stats_.applied;
+      count("bpftrain_controller_apply_seconds", {}, latency_s, now_ns,
+            window::SeriesKind::kDistribution);
+      writeLog({{"event", "applied"},
+                {"job", f.job},
+                {"epoch", pending_->epoch},
+                {"to", armName(pending_->to)},
+                {"apply_latency_s", latency_s},
+                {"retries", pending_->retries},
+                {"wall_ns", wallClockNs()}});
+      pending_.reset();
+    } else if (f.checkpoint_active) {
+      return;  // the trainer applies nothing mid-checkpoint; resend afterwards
+    } else if (++pending_->retries > config_.max_retries) {
+      ++stats_.abandoned;
+      count("bpftrain_controller_abandoned", {}, 1, now_ns);
+      std::fprintf(stderr,
+                   "controller: trainer did not apply epoch %llu after %d sends; is it running "
+                   "with --adaptive and the same --secret? deciding afresh\n",
+                   (unsigned long long)pending_->epoch, config_.max_retries);
+      writeLog({{"event", "abandoned"},
+                {"job", f.job},
+                {"epoch", pending_->epoch},
+                {"to", armName(pending_->to)},
+                {"trainer_epoch", f.epoch_min},
+                {"wall_ns", wallClockNs()}});
+      pending_.reset();
+    } else {
+      send(*pending_, now_ns);
+      return;
+    }
+  }
+
+  if (f.checkpoint_active) {
+    ++stats_.deferred_checkpoint;
+    count("bpftrain_controller_deferred", {{"reason", "checkpoint"}}, 1, now_ns);
+    return;
+  }
+  if (!f.config_consistent) return;  // ranks still disagree: a switch is in flight
+
+  Decision d = policy_->decide(f, current, now_ns);
+  if (!d.change) return;
+  if (config_.mode == ControlMode::kAdvise) {
+    // The trainer does not follow advice, so the policy may repeat itself: log changes only.
+    if (last_advice_ && *last_advice_ == d.to) return;
+    last_advice_ = d.to;
+  }
+  double decide_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  uint64_t epoch = std::max<uint64_t>(f.epoch_max < 0 ? 0 : uint64_t(f.epoch_max),
+                                      last_epoch_sent_) + 1;
+  ++stats_.decisions;
+  std::string from = armName(current), to = armName(d.to);
+  count("bpftrain_controller_decisions",
+        {{"from", from}, {"to", to}, {"reason", d.reason}}, 1, now_ns);
+  std::fprintf(stderr, "controller: %s %s -> %s (%.*s: %s)\n",
+               config_.mode == ControlMode::kAdvise ? "advises" : "switches", from.c_str(),
+               to.c_str(), int(d.reason.size()), d.reason.data(), d.detail.c_str());
+  writeLog({{"event", "decision"},
+            {"mode", config_.mode == ControlMode::kAdvise ? "advise" : "act"},
+            {"policy", policy_->name()},
+            {"job", f.job},
+            {"epoch", config_.mode == ControlMode::kAdvise ? 0 : epoch},
+            {"from", from},
+            {"to", to},
+            {"reason", d.reason},
+            {"detail", d.detail},
+            {"decide_latency_us", decide_us},
+            {"features", featuresJson(f)},
+            {"wall_ns", wallClockNs()}});
+  if (config_.mode == ControlMode::kAdvise) return;
+  last_epoch_sent_ = epoch;
+  pending_ = Pending{epoch, current, d.to, now_ns, 0};
+  send(*pending_, now_ns);
+}
+
+}  // namespace bpftrain::collector::controller

@@ -1,0 +1,99 @@
+// The controller as the collector's main loop sees it: once per window step, onStep() reads the
+// job's features from the series store, asks the policy, and acts — signs and sends the decision
+// to the trainer's control port (mode act) or only logs it (mode advise). A sent decision is
+// re-sent every step until every rank reports its epoch (bpftrain_config_epoch); nothing is sent
+// or decided while a checkpoint is being written. Every decision is one JSON line in the
+// decisions log and one increment of bpftrain_controller_decisions_total{from,to,reason}.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "collector/controller/control_channel.h"
+#include "collector/controller/features.h"
+#include "collector/controller/policy.h"
+#include "collector/window/series_store.h"
+
+namespace bpftrain::collector::controller {
+
+enum class ControlMode : uint8_t { kAct, kAdvise };
+std::optional<ControlMode> parseControlMode(std::string_view s);  // "act" | "advise"
+
+struct ControllerConfig {
+  std::string policy = "rules";  // rules | bandit
+  ControlMode mode = ControlMode::kAct;
+  std::string trainer_address = "127.0.0.1:9472";
+  std::string secret_file;  // read with readSecretFile(); ignored when `secret` is set
+  std::string secret;
+  std::string job;            // empty: the job seen in the store (the first, sorted)
+  std::string decisions_log;  // JSON lines, appended; empty: none
+  int writer = 0;             // the series store writer index reserved for the controller
+  // A decision the trainer has not applied after this many steps is abandoned (logged and
+  // counted in bpftrain_controller_abandoned_total); the policy then decides afresh.
+  int max_retries = 20;
+};
+
+struct ControllerStats {
+  uint64_t decisions = 0;
+  uint64_t sends = 0;
+  uint64_t send_errors = 0;
+  uint64_t applied = 0;
+  uint64_t abandoned = 0;
+  uint64_t deferred_checkpoint = 0;
+};
+
+class ControllerService {
+ public:
+  // `metrics` (may be null) receives the controller's own series through config.writer.
+  // nullptr with `error` naming the fix on a bad policy, address, secret or log path.
+  static std::unique_ptr<ControllerService> create(ControllerConfig config,
+                                                   window::SeriesStore* metrics,
+                                                   std::string& error);
+  // For tests and custom policies.
+  static std::unique_ptr<ControllerService> create(ControllerConfig config,
+                                                   std::unique_ptr<Policy> policy,
+                                                   window::SeriesStore* metrics,
+                                                   std::string& error);
+  ~ControllerService();
+
+  void onStep(const window::SeriesStore& store, int64_t now_ns);
+
+  const ControllerStats& stats() const { return stats_; }
+  const Features& lastFeatures() const { return extractor_ ? extractor_->last() : empty_; }
+  std::optional<uint64_t> pendingEpoch() const {
+    return pending_ ? std::optional<uint64_t>(pending_->epoch) : std::nullopt;
+  }
+  const Policy& policy() const { return *policy_; }
+
+ private:
+  struct Pending {
+    uint64_t epoch;
+    Arm from, to;
+    int64_t decided_ns;
+    int retries;
+  };
+  ControllerService() = default;
+  void writeLog(const nlohmann::json& line);
+  void count(std::string_view name, std::initializer_list<window::Label> labels, double value,
+             int64_t now_ns, window::SeriesKind kind = window::SeriesKind::kCounter);
+  void send(const Pending& p, int64_t now_ns);
+
+  ControllerConfig config_;
+  std::unique_ptr<Policy> policy_;
+  std::unique_ptr<ControlChannel> channel_;
+  window::SeriesStore* metrics_ = nullptr;
+  std::FILE* log_ = nullptr;
+  std::unique_ptr<FeatureExtractor> extractor_;
+  Features empty_;
+  std::optional<Pending> pending_;
+  uint64_t last_epoch_sent_ = 0;
+  bool deferred_logged_ = false;
+  std::optional<Arm> last_advice_;
+  ControllerStats stats_;
+};
+
+}  // namespace bpftrain::collector::controller

@@ -1,0 +1,219 @@
+#include "collector/controller/features.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+namespace bpftrain::collector::controller {
+namespace {
+
+using window::SeriesKind;
+using window::SeriesSnapshot;
+
+// Stored names carry no _total suffix (series_store.h); accept it anyway so that a store that
+// keeps Prometheus names works too.
+std::string_view baseName(std::string_view name) {
+  constexpr std::string_view kTotal = "_total";
+  if (name.size() > kTotal.size() && name.substr(name.size() - kTotal.size()) == kTotal)
+    name.remove_suffix(kTotal.size());
+  return name;
+}
+
+const std::string* label(const SeriesSnapshot& s, std::string_view name) {
+  for (const auto& [k, v] : s.labels)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+bool forJob(const SeriesSnapshot& s, std::string_view job) {
+  const std::string* j = label(s, "job");
+  return j == nullptr || *j == job;
+}
+
+double quantile(const SeriesSnapshot& s, double q) {
+  for (const auto& [qq, v] : s.quantiles)
+    if (std::abs(qq - q) < 1e-9) return v;
+  return s.max;  // no sketch: the window maximum bounds every quantile
+}
+
+double mean(const SeriesSnapshot& s) { return s.count > 0 ? s.sum / double(s.count) : 0; }
+
+// Counters: increments per second over the window. `rate` is count/s for other kinds.
+double perSecond(const SeriesSnapshot& s) { return s.rate; }
+
+int rankOf(const SeriesSnapshot& s) {
+  const std::string* r = label(s, "rank");
+  if (r == nullptr) return -1;
+  char* end = nullptr;
+  long v = std::strtol(r->c_str(), &end, 10);
+  return (end != r->c_str() && *end == '\0' && v >= 0) ? int(v) : -1;
+}
+
+}  // namespace
+
+std::vector<std::string> jobsIn(std::span<const SeriesSnapshot> snapshots) {
+  std::set<std::string> jobs;
+  for (const SeriesSnapshot& s : snapshots) {
+    if (baseName(s.name) != "bpftrain_step_seconds" || s.count == 0) continue;
+    if (const std::string* j = label(s, "job")) jobs.insert(*j);
+  }
+  return {jobs.begin(), jobs.end()};
+}
+
+Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_view job,
+                         int64_t now_ns, const Features* previous) {
+  Features f;
+  f.job = std::string(job);
+  f.now_ns = now_ns;
+  if (previous != nullptr) f.busbw_by_topology = previous->busbw_by_topology;
+
+  double step_sum = 0, allreduce_sum = 0;
+  std::set<int> ranks;
+  std::set<int> topologies, pinnings;
+  std::map<std::string, int> topology_info;  // name -> ranks reporting it as current
+  int64_t topology_info_newest = std::numeric_limits<int64_t>::min();
+  std::string topology_info_name;
+  double busbw_sum = 0;
+  int busbw_n = 0;
+  double local_faults = 0, remote_faults = 0;
+
+  for (const SeriesSnapshot& s : snapshots) {
+    if (!forJob(s, job)) continue;
+    std::string_view name = baseName(s.name);
+    if (name.substr(0, 9) != "bpftrain_") continue;
+    name.remove_prefix(9);
+    // Gauges without a sample in the window are stale (the rank stopped reporting).
+    bool fresh = s.count > 0;
+
+    if (name == "step_seconds" && fresh) {
+      ranks.insert(rankOf(s));
+      f.step_p50_s = std::max(f.step_p50_s, quantile(s, 0.5));
+      f.step_p99_s = std::max(f.step_p99_s, quantile(s, 0.99));
+      step_sum += s.sum;
+    } else if (name == "allreduce_seconds" && fresh) {
+      allreduce_sum += s.sum;
+    } else if (name == "topology" && fresh) {
+      topologies.insert(int(std::lround(s.last)));
+    } else if (name == "pinning" && fresh) {
+      pinnings.insert(int(std::lround(s.last)));
+    } else if (name == "topology_info" && fresh && s.last > 0.5) {
+      if (const std::string* t = label(s, "topology")) {
+        ++topology_info[*t];
+        if (s.last_update_ns > topology_info_newest) {
+          topology_info_newest = s.last_update_ns;
+          topology_info_name = *t;
+        }
+      }
+    } else if (name == "config_epoch" && fresh) {
+      int64_t e = std::llround(s.last);
+      f.epoch_min = f.epoch_min < 0 ? e : std::min(f.epoch_min, e);
+      f.epoch_max = std::max(f.epoch_max, e);
+    } else if (name == "checkpoint_active" && fresh) {
+      if (s.last > 0.5) f.checkpoint_active = true;
+    } else if (name == "allreduce_busbw_bytes_per_second" && fresh) {
+      busbw_sum += s.last;
+      ++busbw_n;
+    } else if (name == "samples_per_second" && fresh) {
+      f.samples_per_s += s.last;
+      f.samples_per_s_window += mean(s);
+    } else if (name == "transport_queue_depth" && fresh) {
+      f.has_transport = true;
+      f.queue_depth_p99 = std::max(f.queue_depth_p99, quantile(s, 0.99));
+    } else if (name == "transport_rtt_seconds" && fresh) {
+      f.has_transport = true;
+      double p50 = quantile(s, 0.5), p99 = quantile(s, 0.99);
+      f.rtt_p50_s = std::max(f.rtt_p50_s, p50);
+      f.rtt_p99_s = std::max(f.rtt_p99_s, p99);
+      f.rtt_jitter_s = std::max(f.rtt_jitter_s, p99 - p50);
+    } else if (name == "transport_retransmits") {
+      f.retransmits_per_s += perSecond(s);
+    } else if (name == "migrations") {
+      const std::string* scope = label(s, "scope");
+      if (scope == nullptr) continue;
+      if (*scope == "cpu") f.migrations_per_s[int(MigrationScope::kCpu)] += perSecond(s);
+      if (*scope == "llc") f.migrations_per_s[int(MigrationScope::kLlc)] += perSecond(s);
+      if (*scope == "node") f.migrations_per_s[int(MigrationScope::kNode)] += perSecond(s);
+    } else if (name == "numa_hint_faults") {
+      const std::string* loc = label(s, "locality");
+      if (loc != nullptr && *loc == "remote") remote_faults += perSecond(s);
+      if (loc != nullptr && *loc == "local") local_faults += perSecond(s);
+    } else if (name == "page_migrations") {
+      f.page_migrations_per_s += perSecond(s);
+    } else if (name == "tlb_flushes") {
+      f.tlb_flushes_per_s += perSecond(s);
+    }
+  }
+
+  f.has_steps = !ranks.empty();
+  f.ranks = int(ranks.size());
+  if (step_sum > 0) f.allreduce_share = std::clamp(allreduce_sum / step_sum, 0.0, 1.0);
+  f.numa_local_faults_per_s = local_faults;
+  f.numa_remote_faults_per_s = remote_faults;
+  if (local_faults + remote_faults > 0) f.remote_fault_share = remote_faults / (local_faults + remote_faults);
+
+  // The numeric gauge is authoritative; topology_info (one series per value) is the fallback.
+  if (!topologies.empty()) {
+    int t = *topologies.rbegin();
+    if (t >= 0 && t < kTopologyCount) f.topology = Topology(t);
+    if (topologies.size() > 1) f.config_consistent = false;
+  } else if (!topology_info_name.empty()) {
+    f.topology = parseTopology(topology_info_name);
+    if (topology_info.size() > 1) f.config_consistent = false;
+  }
+  if (!pinnings.empty()) {
+    int p = *pinnings.rbegin();
+    if (p >= 0 && p < kPinModeCount) f.pinning = PinMode(p);
+    if (pinnings.size() > 1) f.config_consistent = false;
+  }
+  if (f.epoch_min != f.epoch_max) f.config_consistent = false;
+
+  if (busbw_n > 0) {
+    f.busbw = busbw_sum / busbw_n;
+    // Only attribute bandwidth to a topology when every rank runs it.
+    if (f.topology && f.config_consistent) f.busbw_by_topology[int(*f.topology)] = f.busbw;
+  }
+  return f;
+}
+
+const Features& FeatureExtractor::update(std::span<const window::SeriesSnapshot> snapshots,
+                                         int64_t now_ns) {
+  last_ = extractFeatures(snapshots, job_, now_ns, has_last_ ? &last_ : nullptr);
+  has_last_ = true;
+  return last_;
+}
+
+nlohmann::json featuresJson(const Features& f) {
+  nlohmann::json j;
+  j["ranks"] = f.ranks;
+  j["step_p50_s"] = f.step_p50_s;
+  j["step_p99_s"] = f.step_p99_s;
+  j["allreduce_share"] = f.allreduce_share;
+  j["topology"] = f.topology ? std::string(topologyName(*f.topology)) : "";
+  j["pinning"] = f.pinning ? std::string(pinModeName(*f.pinning)) : "";
+  j["config_consistent"] = f.config_consistent;
+  j["epoch"] = f.epoch_min;
+  j["checkpoint_active"] = f.checkpoint_active;
+  j["busbw"] = f.busbw;
+  nlohmann::json by = nlohmann::json::object();
+  for (int t = 0; t < kTopologyCount; ++t)
+    if (f.busbw_by_topology[t] > 0) by[std::string(topologyName(Topology(t)))] = f.busbw_by_topology[t];
+  j["busbw_by_topology"] = by;
+  j["has_transport"] = f.has_transport;
+  j["queue_depth_p99"] = f.queue_depth_p99;
+  j["rtt_p50_s"] = f.rtt_p50_s;
+  j["rtt_jitter_s"] = f.rtt_jitter_s;
+  j["retransmits_per_s"] = f.retransmits_per_s;
+  j["migrations_per_s"] = {{"cpu", f.migrations_per_s[0]},
+                           {"llc", f.migrations_per_s[1]},
+                           {"node", f.migrations_per_s[2]}};
+  j["remote_fault_share"] = f.remote_fault_share;
+  j["page_migrations_per_s"] = f.page_migrations_per_s;
+  j["tlb_flushes_per_s"] = f.tlb_flushes_per_s;
+  j["samples_per_s"] = f.samples_per_s;
+  j["samples_per_s_window"] = f.samples_per_s_window;
+  return j;
+}
+
+}  // namespace bpftrain::collector::controller

@@ -1,0 +1,100 @@
+// What the controller sees of one training job at one window step, distilled from the series
+// store's snapshots. Extraction is a pure function of the snapshots (plus the few values carried
+// from the previous step, e.g. bus bandwidth per topology seen so far), so policies can be tested
+// on hand-made streams without a collector.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collector/window/series_store.h"
+#include "common/training_config.h"
+
+namespace bpftrain::collector::controller {
+
+enum class MigrationScope : uint8_t { kCpu = 0, kLlc = 1, kNode = 2 };
+inline constexpr int kMigrationScopeCount = 3;
+
+struct Features {
+  std::string job;
+  int64_t now_ns = 0;
+  int ranks = 0;           // ranks that reported a step in the window
+  bool has_steps = false;  // false: no step samples for this job in the window; nothing to decide
+
+  // Step time over the window, seconds: the slowest rank's quantile (data parallel runs at the
+  // pace of its slowest rank).
+  double step_p50_s = 0;
+  double step_p99_s = 0;
+  // Allreduce seconds / step seconds, summed over ranks and the window (0..1).
+  double allreduce_share = 0;
+
+  // Configuration the ranks report (gauges). nullopt when no rank reported it in the window;
+  // config_consistent is false while ranks disagree (e.g. mid-switch).
+  std::optional<Topology> topology;
+  std::optional<PinMode> pinning;
+  bool config_consistent = true;
+  int64_t epoch_min = -1;  // lowest and highest applied epoch over ranks; -1 when unknown
+  int64_t epoch_max = -1;
+  bool checkpoint_active = false;
+
+  // Bus bandwidth, bytes/s: mean over ranks now, and the last value seen under each topology
+  // (0 = never seen). Carried from step to step by FeatureExtractor.
+  double busbw = 0;
+  std::array<double, kTopologyCount> busbw_by_topology{};
+
+  // Transport (BPF probes): worst series' p99 queue depth (bytes for tcp, work requests for
+  // rdma), RTT quantiles and jitter (p99 - p50) in seconds, retransmits per second.
+  bool has_transport = false;
+  double queue_depth_p99 = 0;
+  double rtt_p50_s = 0;
+  double rtt_p99_s = 0;
+  double rtt_jitter_s = 0;
+  double retransmits_per_s = 0;
+
+  // Scheduler and memory (BPF probes), per second over the window, summed over ranks.
+  std::array<double, kMigrationScopeCount> migrations_per_s{};
+  double numa_local_faults_per_s = 0;
+  double numa_remote_faults_per_s = 0;
+  double remote_fault_share = 0;  // remote / (local + remote); 0 when there were none
+  double page_migrations_per_s = 0;
+  double tlb_flushes_per_s = 0;
+
+  // Throughput, samples/s summed over ranks: the latest report of each rank (reacts within one
+  // telemetry interval) and the window mean (smoother, lags by up to a window).
+  double samples_per_s = 0;
+  double samples_per_s_window = 0;
+};
+
+// Jobs with step samples in the snapshot, sorted.
+std::vector<std::string> jobsIn(std::span<const window::SeriesSnapshot> snapshots);
+
+// Features of `job` at now_ns. `previous` (may be null) supplies busbw_by_topology so far.
+// Series match when their job label equals `job`; host-wide series without a job label count
+// for every job.
+Features extractFeatures(std::span<const window::SeriesSnapshot> snapshots, std::string_view job,
+                         int64_t now_ns, const Features* previous);
+
+// Keeps the previous step's features so that busbw per topology accumulates.
+class FeatureExtractor {
+ public:
+  explicit FeatureExtractor(std::string job) : job_(std::move(job)) {}
+  const Features& update(std::span<const window::SeriesSnapshot> snapshots, int64_t now_ns);
+  const Features& last() const { return last_; }
+
+ private:
+  std::string job_;
+  Features last_;
+  bool has_last_ = false;
+};
+
+// Features as one JSON object (the decisions log).
+nlohmann::json featuresJson(const Features& f);
+
+}  // namespace bpftrain::collector::controller

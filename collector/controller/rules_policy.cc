@@ -1,0 +1,157 @@
+#include "collector/controller/rules_policy.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace bpftrain::collector::controller {
+namespace {
+
+// The escalation ladder. Bcube sends the same bytes across hosts as halving-doubling, so it
+// sits on the same rung.
+int levelOf(Topology t) {
+  switch (t) {
+    case Topology::kRing: return 0;
+    case Topology::kHierarchical: return 1;
+    case Topology::kHalvingDoubling:
+    case Topology::kBcube: return 2;
+  }
+  return 0;
+}
+
+Topology topologyAt(int level) {
+  static constexpr Topology kLadder[] = {Topology::kRing, Topology::kHierarchical,
+                                         Topology::kHalvingDoubling};
+  return kLadder[std::clamp(level, 0, 2)];
+}
+
+std::string fmt(const char* f, double a, double b) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, a, b);
+  return buf;
+}
+
+}  // namespace
+
+RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) const {
+  const RulesConfig& c = config_;
+  if (f.has_transport) {
+    if (f.queue_depth_p99 >= c.queue_depth_severe) {
+      why = fmt("queue_depth_p99=%.0fB >= severe %.0fB", f.queue_depth_p99, c.queue_depth_severe);
+      return Signal::kSevere;
+    }
+    if (f.rtt_jitter_s >= c.rtt_jitter_severe_s) {
+      why = fmt("rtt_jitter=%.4fs >= severe %.4fs", f.rtt_jitter_s, c.rtt_jitter_severe_s);
+      return Signal::kSevere;
+    }
+    if (f.queue_depth_p99 >= c.queue_depth_high) {
+      why = fmt("queue_depth_p99=%.0fB >= %.0fB", f.queue_depth_p99, c.queue_depth_high);
+      return Signal::kCongested;
+    }
+    if (f.rtt_jitter_s >= c.rtt_jitter_high_s) {
+      why = fmt("rtt_jitter=%.4fs >= %.4fs", f.rtt_jitter_s, c.rtt_jitter_high_s);
+      return Signal::kCongested;
+    }
+    if (f.queue_depth_p99 < c.queue_depth_low && f.rtt_jitter_s < c.rtt_jitter_low_s) {
+      why = fmt("queue_depth_p99=%.0fB, rtt_jitter=%.4fs below the low thresholds",
+                f.queue_depth_p99, f.rtt_jitter_s);
+      return Signal::kClear;
+    }
+    why = "between thresholds";
+    return Signal::kNeutral;
+  }
+  // No transport probe: judge by bus bandwidth against the best seen (busbw is normalised the
+  // same way for every algorithm, so the comparison holds across topologies).
+  if (f.busbw <= 0 || ring_busbw_best_ <= 0) {
+    why = "no transport or bandwidth signal";
+    return Signal::kNeutral;
+  }
+  double ratio = f.busbw / ring_busbw_best_;
+  if (ratio < c.busbw_drop_fraction) {
+    why = fmt("busbw at %.2f of best (< %.2f), no transport probe", ratio, c.busbw_drop_fraction);
+    return Signal::kCongested;
+  }
+  if (ratio >= c.busbw_clear_fraction) {
+    why = fmt("busbw at %.2f of best (>= %.2f), no transport probe", ratio, c.busbw_clear_fraction);
+    return Signal::kClear;
+  }
+  why = "busbw between thresholds";
+  return Signal::kNeutral;
+}
+
+Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_ns) {
+  Decision d;
+  d.to = current;
+  if (!f.has_steps) return d;
+  ring_busbw_best_ = std::max(ring_busbw_best_, f.busbw);
+
+  std::string why;
+  Signal signal = classify(f, why);
+  const int level = levelOf(current.topology);
+  const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
+
+  // Consecutive steps asking for a higher rung than the current one.
+  congested_steps_ = wanted > level ? congested_steps_ + 1 : 0;
+  // The all-clear for stepping down: below the low thresholds for ring; for the top rung,
+  // anything short of severe.
+  bool may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
+  if (level == 0 || !may_descend) {
+    clear_since_ns_ = -1;
+  } else if (clear_since_ns_ < 0) {
+    clear_since_ns_ = now_ns;
+  }
+
+  const bool dwell_ok = last_switch_ns_ < 0 || now_ns - last_switch_ns_ >= config_.min_dwell.count();
+  if (dwell_ok && congested_steps_ >= config_.escalate_steps) {
+    d.change = true;
+    d.to.topology = topologyAt(wanted);
+    d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
+    d.detail = why;
+  } else if (dwell_ok && clear_since_ns_ >= 0 &&
+             now_ns - clear_since_ns_ >= config_.cooldown.count()) {
+    d.change = true;
+    d.to.topology = topologyAt(level - 1);
+    d.reason = "clear";
+    d.detail = why + fmt(" for %.1fs (cooldown %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
+                         double(config_.cooldown.count()) * 1e-9);
+  }
+
+  // Pinning moves once, away from none; it rides along with a topology change or stands alone.
+  if (current.pinning == PinMode::kNone && dwell_ok) {
+    const double node_moves = f.migrations_per_s[int(MigrationScope::kNode)];
+    const double cpu_moves =
+        f.migrations_per_s[int(MigrationScope::kCpu)] + f.migrations_per_s[int(MigrationScope::kLlc)];
+    std::string pin_why;
+    PinMode want = PinMode::kNone;
+    if (node_moves >= config_.node_migrations_per_s ||
+        (f.numa_remote_faults_per_s > 0 && f.remote_fault_share >= config_.remote_fault_share)) {
+      want = PinMode::kNuma;
+      pin_why = fmt("node migrations %.1f/s, remote fault share %.2f", node_moves,
+                    f.remote_fault_share);
+    } else if (cpu_moves >= config_.cpu_migrations_per_s) {
+      want = PinMode::kCompact;
+      pin_why = fmt("cpu+llc migrations %.1f/s >= %.1f/s", cpu_moves, config_.cpu_migrations_per_s);
+    }
+    pin_steps_ = want != PinMode::kNone ? pin_steps_ + 1 : 0;
+    if (want != PinMode::kNone && pin_steps_ >= config_.escalate_steps) {
+      if (!d.change) {
+        d.reason = want == PinMode::kNuma ? "cross_node" : "migrations";
+        d.detail = pin_why;
+      } else {
+        d.detail += "; " + pin_why;
+      }
+      d.change = true;
+      d.to.pinning = want;
+    }
+  }
+
+  if (d.change && d.to == current) d.change = false;
+  if (d.change) {
+    last_switch_ns_ = now_ns;
+    congested_steps_ = 0;
+    pin_steps_ = 0;
+    clear_since_ns_ = -1;
+  }
+  return d;
+}
+
+}  // namespace bpftrain::collector::controller

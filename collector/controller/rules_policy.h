@@ -1,0 +1,55 @@
+// Threshold rules: congestion signals (transport queue depth p99, RTT jitter; bus bandwidth drop
+// when no transport probe reports) move the topology one level at a time along
+// ring -> hierarchical -> halving-doubling and back. Escalating needs the signal for
+// `escalate_steps` consecutive steps; de-escalating needs the all-clear (below the lower
+// thresholds: hysteresis) for `cooldown`; no move at all within `min_dwell` of the last one.
+// Pinning is moved once, from none, by migration and cross-node signals.
+#pragma once
+
+#include <chrono>
+
+#include "collector/controller/policy.h"
+
+namespace bpftrain::collector::controller {
+
+struct RulesConfig {
+  // Congestion enters above the high thresholds and leaves below the low ones.
+  double queue_depth_high = 512 * 1024;  // bytes in flight (p99)
+  double queue_depth_low = 128 * 1024;
+  double queue_depth_severe = 4 * 1024 * 1024;
+  double rtt_jitter_high_s = 0.005;
+  double rtt_jitter_low_s = 0.001;
+  double rtt_jitter_severe_s = 0.050;
+  // Without transport probes: bus bandwidth under this fraction of the best seen on the
+  // lowest level (ring) counts as congestion, over `busbw_clear_fraction` as clear.
+  double busbw_drop_fraction = 0.6;
+  double busbw_clear_fraction = 0.85;
+  int escalate_steps = 2;
+  std::chrono::nanoseconds cooldown = std::chrono::seconds(10);
+  std::chrono::nanoseconds min_dwell = std::chrono::seconds(5);
+  // Pinning: node migrations per second or the remote share of NUMA hint faults -> numa;
+  // cpu+llc migrations per second -> compact.
+  double node_migrations_per_s = 1.0;
+  double remote_fault_share = 0.3;
+  double cpu_migrations_per_s = 50.0;
+};
+
+class RulesPolicy final : public Policy {
+ public:
+  explicit RulesPolicy(RulesConfig config = {}) : config_(config) {}
+  std::string_view name() const override { return "rules"; }
+  Decision decide(const Features& features, const Arm& current, int64_t now_ns) override;
+
+ private:
+  enum class Signal { kClear, kNeutral, kCongested, kSevere };
+  Signal classify(const Features& f, std::string& why) const;
+
+  RulesConfig config_;
+  int congested_steps_ = 0;
+  int pin_steps_ = 0;
+  int64_t clear_since_ns_ = -1;
+  int64_t last_switch_ns_ = -1;
+  double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)
+};
+
+}  // namespace bpftrain::collector::controller

@@ -1,0 +1,286 @@
+#include "collector/controller/controller_service.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "collector/controller/rules_policy.h"
+#include "common/hmac.h"
+#include "tests/collector/controller/synthetic.h"
+
+namespace bpftrain::collector::controller {
+namespace {
+
+using namespace testing;
+
+constexpr int64_t kStepNs = 500'000'000;
+const std::string kSecret = "0123456789abcdef0123456789abcdef";
+
+// The trainer's side of the control port, as a test double: a UDP socket on port 0 that checks
+// each frame with the wire decoder and common/hmac.h (independently of the controller's signer).
+class FakeTrainer {
+ public:
+  FakeTrainer() {
+    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~FakeTrainer() { close(fd_); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  struct Received {
+    wire::Control control;
+    std::string job;
+    bool mac_ok = false;
+  };
+  // Waits up to `timeout` for one frame (a sendto on loopback has queued it before returning,
+  // so tests that expect nothing pass a zero timeout).
+  std::optional<Received> receive(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, int(timeout.count())) <= 0) return std::nullopt;
+    ssize_t n = recv(fd_, buf_.data(), buf_.size(), 0);
+    if (n <= 0) return std::nullopt;
+    std::span<const uint8_t> dgram(buf_.data(), size_t(n));
+    wire::FrameView frame;
+    if (wire::nextFrame(dgram, frame) != wire::DecodeError::kNone) return std::nullopt;
+    EXPECT_EQ(frame.header.kind, wire::FrameKind::kControl);
+    Received r;
+    if (wire::decodeControl(frame, r.control) != wire::DecodeError::kNone) return std::nullopt;
+    r.job = std::string(r.control.job);
+    std::array<uint8_t, wire::kMaxFrameSize> signing{};
+    size_t len = wire::controlSigningBytes(signing, r.control);
+    Mac mac = hmacSha256({reinterpret_cast<const uint8_t*>(kSecret.data()), kSecret.size()},
+                         std::span<const uint8_t>(signing.data(), len));
+    r.mac_ok = macEqual(mac, r.control.mac);
+    return r;
+  }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::array<uint8_t, 65536> buf_{};
+};
+
+JobState congestedJob() {
+  JobState j;
+  j.queue_depth_p99 = 2e6;
+  return j;
+}
+
+std::vector<nlohmann::json> readLog(const std::string& path) {
+  std::vector<nlohmann::json> v;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
+class ControllerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    log_ = (std::filesystem::temp_directory_path() /
+            ("controller_test_" + std::to_string(getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".jsonl"))
+               .string();
+    std::filesystem::remove(log_);
+  }
+  void TearDown() override { std::filesystem::remove(log_); }
+  ControllerConfig config() {
+    ControllerConfig c;
+    c.policy = "rules";
+    c.trainer_address = trainer_.address();
+    c.secret = kSecret;
+    c.job = "j";
+    c.decisions_log = log_;
+    return c;
+  }
+  FakeTrainer trainer_;
+  FakeStore store_;
+  std::string log_;
+};
+
+TEST_F(ControllerServiceTest, SendsASignedDecisionAndRetriesUntilEveryRankAppliedIt) {
+  std::string error;
+  auto svc = ControllerService::create(config(), &store_, error);
+  ASSERT_TRUE(svc) << error;
+  JobState j = congestedJob();
+  store_.set(snapshotsOf(j));
+  svc->onStep(store_, 0);
+  EXPECT_FALSE(trainer_.receive(std::chrono::milliseconds(0)));  // one congested step: wait
+  svc->onStep(store_, kStepNs);
+  auto r = trainer_.receive(std::chrono::seconds(2));
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->mac_ok);
+  EXPECT_EQ(r->job, "j");
+  EXPECT_EQ(r->control.epoch, 1u);
+  EXPECT_EQ(r->control.topology, uint8_t(Topology::kHierarchical));
+  EXPECT_EQ(r->control.pinning, uint8_t(PinMode::kNone));
+  int64_t skew = int64_t(r->control.timestamp_ns) - int64_t(wallClockNs());
+  EXPECT_LT(std::abs(skew), int64_t(5e9));
+  EXPECT_EQ(svc->pendingEpoch(), std::optional<uint64_t>(1));
+
+  // The trainer has not applied it yet: the same decision is re-sent, freshly stamped.
+  svc->onStep(store_, 2 * kStepNs);
+  auto again = trainer_.receive(std::chrono::seconds(2));
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->mac_ok);
+  EXPECT_EQ(again->control.epoch, 1u);
+  EXPECT_EQ(again->control.topology, uint8_t(Topology::kHierarchical));
+
+  // One rank applied, the other not yet: still pending.
+  std::vector<SeriesSnapshot> half = snapshotsOf(j);
+  half.push_back(gauge("bpftrain_config_epoch", jr("j", 0), 1));
+  for (auto& s : half)
+    if (s.name == "bpftrain_config_epoch" && s.labels[1].second == "0") s.last = 1;
+  store_.set(half);
+  svc->onStep(store_, 3 * kStepNs);
+  ASSERT_TRUE(trainer_.receive(std::chrono::seconds(2)));
+  EXPECT_TRUE(svc->pendingEpoch());
+
+  // Every rank reports epoch 1 on the new topology: applied, nothing more is sent.
+  j.epoch = 1;
+  j.topology = int(Topology::kHierarchical);
+  store_.set(snapshotsOf(j));
+  svc->onStep(store_, 4 * kStepNs);
+  EXPECT_FALSE(svc->pendingEpoch());
+  EXPECT_FALSE(trainer_.receive(std::chrono::milliseconds(0)));
+  EXPECT_EQ(svc->stats().decisions, 1u);
+  EXPECT_EQ(svc->stats().applied, 1u);
+  EXPECT_EQ(svc->stats().sends, 3u);
+
+  EXPECT_EQ(store_.ownTotal("bpftrain_controller_decisions", {{"from", "ring/none"},
+                                                              {"to", "hierarchical/none"},
+                                                              {"reason", "congestion"}}),
+            1);
+  EXPECT_EQ(store_.ownTotal("bpftrain_controller_sends", {{"result", "ok"}}), 3);
+  EXPECT_EQ(store_.ownTotal("bpftrain_controller_apply_seconds"), 1);  // one latency sample
+
+  auto lines = readLog(log_);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["event"], "decision");
+  EXPECT_EQ(lines[0]["from"], "ring/none");
+  EXPECT_EQ(lines[0]["to"], "hierarchical/none");
+  EXPECT_EQ(lines[0]["reason"], "congestion");
+  EXPECT_EQ(lines[0]["epoch"], 1);
+  EXPECT_TRUE(lines[0]["features"]["queue_depth_p99"].get<double>() > 1e6);
+  EXPECT_TRUE(lines[0].contains("decide_latency_us"));
+  EXPECT_EQ(lines[1]["event"], "applied");
+  EXPECT_DOUBLE_EQ(lines[1]["apply_latency_s"].get<double>(), 1.5);
+}
+
+TEST_F(ControllerServiceTest, NeverDecidesOrSendsWhileACheckpointIsBeingWritten) {
+  std::string error;
+  auto svc = ControllerService::create(config(), &store_, error);
+  ASSERT_TRUE(svc) << error;
+  JobState j = congestedJob();
+  j.checkpoint = true;
+  store_.set(snapshotsOf(j));
+  for (int i = 0; i < 10; ++i) svc->onStep(store_, i * kStepNs);
+  EXPECT_FALSE(trainer_.receive(std::chrono::milliseconds(0)));
+  EXPECT_EQ(svc->stats().decisions, 0u);
+  EXPECT_EQ(svc->stats().deferred_checkpoint, 10u);
+  EXPECT_EQ(store_.ownTotal("bpftrain_controller_deferred", {{"reason", "checkpoint"}}), 10);
+
+  j.checkpoint = false;
+  store_.set(snapshotsOf(j));
+  svc->onStep(store_, 10 * kStepNs);
+  svc->onStep(store_, 11 * kStepNs);
+  auto r = trainer_.receive(std::chrono::seconds(2));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->control.topology, uint8_t(Topology::kHierarchical));
+
+  // A checkpoint starting while the decision is pending holds the re-sends too.
+  j.checkpoint = true;
+  store_.set(snapshotsOf(j));
+  svc->onStep(store_, 12 * kStepNs);
+  EXPECT_FALSE(trainer_.receive(std::chrono::milliseconds(0)));
+  EXPECT_TRUE(svc->pendingEpoch());
+}
+
+TEST_F(ControllerServiceTest, AdviseModeRecommendsLogsAndCountsButSendsNothing) {
+  ControllerConfig c = config();
+  c.mode = ControlMode::kAdvise;
+  c.secret.clear();
+  std::string error;
+  auto svc = ControllerService::create(c, &store_, error);
+  ASSERT_TRUE(svc) << error;
+  store_.set(snapshotsOf(congestedJob()));
+  for (int i = 0; i < 40; ++i) svc->onStep(store_, i * kStepNs);
+  EXPECT_FALSE(trainer_.receive(std::chrono::milliseconds(0)));
+  EXPECT_EQ(svc->stats().decisions, 1u);  // repeated advice is logged once
+  EXPECT_EQ(svc->stats().sends, 0u);
+  EXPECT_EQ(store_.ownTotal("bpftrain_controller_decisions", {{"reason", "congestion"}}), 1);
+  auto lines = readLog(log_);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["mode"], "advise");
+  EXPECT_EQ(lines[0]["to"], "hierarchical/none");
+}
+
+TEST_F(ControllerServiceTest, AbandonsADecisionTheTrainerNeverApplies) {
+  ControllerConfig c = config();
+  c.max_retries = 3;
+  std::string error;
+  auto svc = ControllerService::create(c, &store_, error);
+  ASSERT_TRUE(svc) << error;
+  store_.set(snapshotsOf(congestedJob()));
+  for (int i = 0; i < 2; ++i) svc->onStep(store_, i * kStepNs);
+  for (int i = 2; i < 6; ++i) svc->onStep(store_, i * kStepNs);
+  EXPECT_EQ(svc->stats().sends, 4u);  // the first send and 3 retries
+  EXPECT_EQ(svc->stats().abandoned, 1u);
+  EXPECT_FALSE(svc->pendingEpoch());
+  auto lines = readLog(log_);
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["event"], "abandoned");
+}
+
+TEST(ControlChannel, AForgedOrAlteredMacDoesNotVerify) {
+  wire::Control c;
+  c.job = "j";
+  c.epoch = 5;
+  c.topology = 3;
+  c.timestamp_ns = 123;
+  signControl(c, kSecret);
+  EXPECT_TRUE(verifyControl(c, kSecret));
+  EXPECT_FALSE(verifyControl(c, "another secret"));
+  wire::Control altered = c;
+  altered.topology = 1;
+  EXPECT_FALSE(verifyControl(altered, kSecret));
+}
+
+TEST(ControllerServiceConfig, ErrorsNameTheFix) {
+  std::string error;
+  ControllerConfig c;
+  c.secret = kSecret;
+  c.policy = "magic";
+  EXPECT_FALSE(ControllerService::create(c, nullptr, error));
+  EXPECT_NE(error.find("--policy rules or bandit"), std::string::npos) << error;
+  c.policy = "bandit";
+  c.trainer_address = "localhost";
+  EXPECT_FALSE(ControllerService::create(c, nullptr, error));
+  EXPECT_NE(error.find("IPv4:PORT"), std::string::npos) << error;
+  c.trainer_address = "127.0.0.1:9472";
+  c.secret.clear();
+  EXPECT_FALSE(ControllerService::create(c, nullptr, error));
+  EXPECT_NE(error.find("--secret"), std::string::npos) << error;
+  c.secret = kSecret;
+  c.decisions_log = "/nonexistent-dir/x.jsonl";
+  EXPECT_FALSE(ControllerService::create(c, nullptr, error));
+  EXPECT_NE(error.find("writable"), std::string::npos) << error;
+  EXPECT_EQ(parseControlMode("advise"), ControlMode::kAdvise);
+  EXPECT_FALSE(parseControlMode("maybe"));
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::controller

@@ -1,0 +1,131 @@
+#include "collector/controller/features.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/collector/controller/synthetic.h"
+
+namespace bpftrain::collector::controller {
+namespace {
+
+using namespace testing;
+
+TEST(Features, ExtractsEverySignalForTheJob) {
+  JobState j;
+  j.ranks = 2;
+  j.step_s = 0.2;
+  j.allreduce_s = 0.05;
+  j.topology = int(Topology::kHierarchical);
+  j.pinning = int(PinMode::kCompact);
+  j.epoch = 3;
+  j.busbw = 2e9;
+  j.queue_depth_p99 = 900e3;
+  j.rtt_p50 = 1e-4;
+  j.rtt_p99 = 4e-3;
+  std::vector<SeriesSnapshot> s = snapshotsOf(j);
+  // Rank 1 is the slow one.
+  s.push_back(dist("bpftrain_step_seconds", jr("j", 3), 0.3, 0.5, 10, 3.0));
+  s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 4));
+  s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "1"}, {"scope", "cpu"}}, 6));
+  s.push_back(counter("bpftrain_migrations_total", {{"job", "j"}, {"rank", "1"}, {"scope", "node"}}, 2));
+  s.push_back(counter("bpftrain_numa_hint_faults", {{"job", "j"}, {"locality", "remote"}, {"rank", "0"}}, 30));
+  s.push_back(counter("bpftrain_numa_hint_faults", {{"job", "j"}, {"locality", "local"}, {"rank", "0"}}, 70));
+  s.push_back(counter("bpftrain_page_migrations", {{"job", "j"}, {"rank", "0"}, {"reason", "numa_misplaced"}}, 5));
+  s.push_back(counter("bpftrain_tlb_flushes", {{"job", "j"}, {"rank", "0"}, {"reason", "remote_shootdown"}}, 11));
+  s.push_back(counter("bpftrain_transport_retransmits", jr("j", 0), 1.5));
+  // Another job's series must not leak in.
+  s.push_back(dist("bpftrain_step_seconds", jr("other", 0), 9, 9));
+  s.push_back(counter("bpftrain_migrations", {{"job", "other"}, {"rank", "0"}, {"scope", "cpu"}}, 1000));
+
+  Features f = extractFeatures(s, "j", 42, nullptr);
+  EXPECT_TRUE(f.has_steps);
+  EXPECT_EQ(f.ranks, 3);
+  EXPECT_DOUBLE_EQ(f.step_p50_s, 0.3);
+  EXPECT_DOUBLE_EQ(f.step_p99_s, 0.5);
+  // allreduce sum 2 ranks * 10 * 0.05 = 1.0; step sum 2 * 10 * 0.2 + 3.0 = 7.0
+  EXPECT_NEAR(f.allreduce_share, 1.0 / 7.0, 1e-12);
+  ASSERT_TRUE(f.topology.has_value());
+  EXPECT_EQ(*f.topology, Topology::kHierarchical);
+  ASSERT_TRUE(f.pinning.has_value());
+  EXPECT_EQ(*f.pinning, PinMode::kCompact);
+  EXPECT_TRUE(f.config_consistent);
+  EXPECT_EQ(f.epoch_min, 3);
+  EXPECT_EQ(f.epoch_max, 3);
+  EXPECT_FALSE(f.checkpoint_active);
+  EXPECT_DOUBLE_EQ(f.busbw, 2e9);
+  EXPECT_DOUBLE_EQ(f.busbw_by_topology[int(Topology::kHierarchical)], 2e9);
+  EXPECT_DOUBLE_EQ(f.busbw_by_topology[int(Topology::kRing)], 0);
+  EXPECT_TRUE(f.has_transport);
+  EXPECT_DOUBLE_EQ(f.queue_depth_p99, 900e3);
+  EXPECT_DOUBLE_EQ(f.rtt_p50_s, 1e-4);
+  EXPECT_DOUBLE_EQ(f.rtt_p99_s, 4e-3);
+  EXPECT_NEAR(f.rtt_jitter_s, 3.9e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(f.retransmits_per_s, 1.5);
+  EXPECT_DOUBLE_EQ(f.migrations_per_s[int(MigrationScope::kCpu)], 10);
+  EXPECT_DOUBLE_EQ(f.migrations_per_s[int(MigrationScope::kLlc)], 0);
+  EXPECT_DOUBLE_EQ(f.migrations_per_s[int(MigrationScope::kNode)], 2);
+  EXPECT_DOUBLE_EQ(f.remote_fault_share, 0.3);
+  EXPECT_DOUBLE_EQ(f.page_migrations_per_s, 5);
+  EXPECT_DOUBLE_EQ(f.tlb_flushes_per_s, 11);
+  EXPECT_DOUBLE_EQ(f.samples_per_s, 1000);
+  EXPECT_DOUBLE_EQ(f.samples_per_s_window, 1000);
+}
+
+TEST(Features, NoStepsMeansNothingToDecide) {
+  std::vector<SeriesSnapshot> s = {dist("bpftrain_step_seconds", jr("j", 0), 0.1, 0.1, 0)};
+  Features f = extractFeatures(s, "j", 0, nullptr);
+  EXPECT_FALSE(f.has_steps);
+  EXPECT_EQ(f.epoch_min, -1);
+  EXPECT_FALSE(f.topology.has_value());
+}
+
+TEST(Features, DisagreeingRanksAreInconsistentAndCheckpointIsAnyRank) {
+  JobState j;
+  std::vector<SeriesSnapshot> s = snapshotsOf(j);
+  s.push_back(gauge("bpftrain_config_epoch", jr("j", 7), 1));
+  s.push_back(gauge("bpftrain_checkpoint_active", jr("j", 7), 1));
+  Features f = extractFeatures(s, "j", 0, nullptr);
+  EXPECT_EQ(f.epoch_min, 0);
+  EXPECT_EQ(f.epoch_max, 1);
+  EXPECT_FALSE(f.config_consistent);
+  EXPECT_TRUE(f.checkpoint_active);
+}
+
+TEST(Features, StaleGaugesAreIgnored) {
+  JobState j;
+  std::vector<SeriesSnapshot> s = snapshotsOf(j);
+  s.push_back(gauge("bpftrain_checkpoint_active", jr("j", 5), 1, /*count=*/0));
+  Features f = extractFeatures(s, "j", 0, nullptr);
+  EXPECT_FALSE(f.checkpoint_active);
+}
+
+TEST(Features, TopologyInfoIsTheFallbackAndHostSeriesCount) {
+  std::vector<SeriesSnapshot> s = {dist("bpftrain_step_seconds", jr("j", 0), 0.1, 0.1)};
+  SeriesSnapshot old_t = gauge("bpftrain_topology_info", {{"job", "j"}, {"rank", "0"}, {"topology", "ring"}}, 1);
+  old_t.last_update_ns = 10;
+  SeriesSnapshot new_t = gauge("bpftrain_topology_info", {{"job", "j"}, {"rank", "0"}, {"topology", "bcube"}}, 1);
+  new_t.last_update_ns = 20;
+  s.push_back(old_t);
+  s.push_back(new_t);
+  s.push_back(counter("bpftrain_tlb_flushes", {{"reason", "task_switch"}}, 7));  // no job label
+  Features f = extractFeatures(s, "j", 0, nullptr);
+  ASSERT_TRUE(f.topology.has_value());
+  EXPECT_EQ(*f.topology, Topology::kBcube);
+  EXPECT_DOUBLE_EQ(f.tlb_flushes_per_s, 7);
+}
+
+TEST(Features, BusbwPerTopologyAccumulatesAcrossSteps) {
+  FeatureExtractor ex("j");
+  JobState j;
+  j.topology = int(Topology::kRing);
+  j.busbw = 3e9;
+  ex.update(snapshotsOf(j), 1);
+  j.topology = int(Topology::kHierarchical);
+  j.busbw = 1e9;
+  const Features& f = ex.update(snapshotsOf(j), 2);
+  EXPECT_DOUBLE_EQ(f.busbw_by_topology[int(Topology::kRing)], 3e9);
+  EXPECT_DOUBLE_EQ(f.busbw_by_topology[int(Topology::kHierarchical)], 1e9);
+  EXPECT_EQ(jobsIn(snapshotsOf(j)), std::vector<std::string>{"j"});
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::controller

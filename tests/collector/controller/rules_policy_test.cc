@@ -1,0 +1,210 @@
+#include "collector/controller/rules_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "tests/collector/controller/synthetic.h"
+
+namespace bpftrain::collector::controller {
+namespace {
+
+using namespace testing;
+
+constexpr int64_t kStepNs = 500'000'000;
+
+struct Switch {
+  double t;
+  Arm to;
+  std::string reason;
+};
+
+// Drives the policy with one JobState per 500 ms step from `state(t)`; decisions apply at once.
+std::vector<Switch> run(RulesPolicy& p, double seconds, const std::function<JobState(double)>& state,
+                        Arm start = {}) {
+  std::vector<Switch> out;
+  Arm cur = start;
+  FeatureExtractor ex("j");
+  for (int64_t ns = 0; ns <= int64_t(seconds * 1e9); ns += kStepNs) {
+    double t = double(ns) * 1e-9;
+    JobState j = state(t);
+    j.topology = int(cur.topology);
+    j.pinning = int(cur.pinning);
+    Decision d = p.decide(ex.update(snapshotsOf(j), ns), cur, ns);
+    if (d.change) {
+      out.push_back({t, d.to, std::string(d.reason)});
+      cur = d.to;
+    }
+  }
+  return out;
+}
+
+JobState clear() {
+  JobState j;
+  j.queue_depth_p99 = 64e3;
+  j.rtt_p50 = 100e-6;
+  j.rtt_p99 = 400e-6;
+  return j;
+}
+JobState congested() {
+  JobState j;
+  j.queue_depth_p99 = 1.5e6;
+  j.rtt_p50 = 200e-6;
+  j.rtt_p99 = 8e-3;
+  return j;
+}
+JobState severe() {
+  JobState j = congested();
+  j.queue_depth_p99 = 8e6;
+  return j;
+}
+
+TEST(RulesPolicy, SwitchesUnderCongestionAndComesBackAfterIt) {
+  RulesPolicy p;
+  auto sw = run(p, 120, [](double t) { return t >= 20 && t < 60 ? congested() : clear(); });
+  ASSERT_EQ(sw.size(), 2u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(sw[0].reason, "congestion");
+  EXPECT_GE(sw[0].t, 20.0);
+  EXPECT_LE(sw[0].t, 21.0);  // two consecutive congested steps
+  EXPECT_EQ(sw[1].to.topology, Topology::kRing);
+  EXPECT_EQ(sw[1].reason, "clear");
+  EXPECT_GE(sw[1].t, 70.0);  // the 10 s cooldown of all-clear
+  EXPECT_LE(sw[1].t, 71.0);
+}
+
+TEST(RulesPolicy, SevereCongestionClimbsToHalvingDoublingAndDescendsRungByRung) {
+  RulesPolicy p;
+  auto sw = run(p, 100, [](double t) {
+    if (t >= 10 && t < 40) return severe();
+    if (t >= 40 && t < 60) return congested();
+    return clear();
+  });
+  ASSERT_EQ(sw.size(), 3u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHalvingDoubling);
+  EXPECT_EQ(sw[0].reason, "severe_congestion");
+  EXPECT_EQ(sw[1].to.topology, Topology::kHierarchical);  // not severe any more, for the cooldown
+  EXPECT_GE(sw[1].t, 50.0);
+  EXPECT_EQ(sw[2].to.topology, Topology::kRing);
+  EXPECT_GE(sw[2].t, 70.0);
+}
+
+TEST(RulesPolicy, NoFlappingOnNoisySteadyStreams) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> qd(80e3, 500e3), jit(0.2e-3, 4.9e-3);
+  // Noise around the low thresholds, never above the high ones: 60 s, no switch.
+  RulesPolicy quiet;
+  auto none = run(quiet, 60, [&](double) {
+    JobState j = clear();
+    j.queue_depth_p99 = qd(rng);
+    j.rtt_p99 = j.rtt_p50 + jit(rng);
+    return j;
+  });
+  EXPECT_TRUE(none.empty()) << "switched to " << armName(none[0].to) << " at " << none[0].t;
+
+  // Steady congestion whose signals straddle the high threshold: one switch up, none back.
+  std::uniform_real_distribution<double> busy(200e3, 2e6);
+  RulesPolicy loaded;
+  auto one = run(loaded, 60, [&](double) {
+    JobState j = clear();
+    j.queue_depth_p99 = busy(rng);
+    return j;
+  });
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].to.topology, Topology::kHierarchical);
+
+  // Isolated single-step spikes never escalate (two consecutive steps needed).
+  RulesPolicy spiky;
+  int step = 0;
+  auto spikes = run(spiky, 60, [&](double) { return (step++ % 3 == 0) ? congested() : clear(); });
+  EXPECT_TRUE(spikes.empty());
+}
+
+TEST(RulesPolicy, DwellAndCooldownAreRespected) {
+  RulesConfig c;
+  c.min_dwell = std::chrono::seconds(8);
+  c.cooldown = std::chrono::seconds(6);
+  RulesPolicy p(c);
+  // Congested, then severe right after the first switch, then clear, then congested again
+  // briefly, then clear: every switch at least min_dwell after the previous one, and every
+  // descent after `cooldown` of all-clear.
+  auto state = [](double t) {
+    if (t < 2) return clear();
+    if (t < 4) return congested();
+    if (t < 20) return severe();
+    if (t < 30) return clear();
+    if (t < 31) return congested();
+    return clear();
+  };
+  auto sw = run(p, 90, state);
+  ASSERT_GE(sw.size(), 3u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(sw[1].to.topology, Topology::kHalvingDoubling);
+  EXPECT_GE(sw[1].t - sw[0].t, 8.0);
+  for (size_t i = 1; i < sw.size(); ++i) EXPECT_GE(sw[i].t - sw[i - 1].t, 8.0 - 1e-9);
+  for (const Switch& s : sw) {
+    if (s.reason != "clear") continue;
+    // The signal must have been clear (or for the top rung, not severe) for the whole cooldown.
+    EXPECT_GE(s.t, 20.0 + 6.0);
+  }
+  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
+}
+
+TEST(RulesPolicy, PinsFromMigrationAndCrossNodeSignals) {
+  {
+    RulesPolicy p;
+    auto sw = run(p, 5, [](double) {
+      JobState j = clear();
+      return j;
+    });
+    EXPECT_TRUE(sw.empty());
+  }
+  RulesPolicy p;
+  Arm cur;
+  FeatureExtractor ex("j");
+  std::vector<Decision> ds;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<SeriesSnapshot> s = snapshotsOf(clear());
+    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "node"}}, 5));
+    Decision d = p.decide(ex.update(s, i * kStepNs), cur, i * kStepNs);
+    if (d.change) {
+      ds.push_back(d);
+      cur = d.to;
+    }
+  }
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].to.pinning, PinMode::kNuma);
+  EXPECT_EQ(ds[0].to.topology, Topology::kRing);
+  EXPECT_EQ(ds[0].reason, "cross_node");
+
+  RulesPolicy q;
+  Arm cur2;
+  Decision last;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<SeriesSnapshot> s = snapshotsOf(clear());
+    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 80));
+    Decision d = q.decide(ex.update(s, i * kStepNs), cur2, i * kStepNs);
+    if (d.change) last = d;
+  }
+  EXPECT_EQ(last.to.pinning, PinMode::kCompact);
+  EXPECT_EQ(last.reason, "migrations");
+}
+
+TEST(RulesPolicy, FallsBackToBusBandwidthWithoutTransportProbes) {
+  RulesPolicy p;
+  auto sw = run(p, 80, [](double t) {
+    JobState j;
+    j.has_transport = false;
+    j.busbw = (t >= 20 && t < 40) ? 1.0e9 : 3.0e9;
+    return j;
+  });
+  ASSERT_EQ(sw.size(), 2u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_LE(sw[0].t, 21.0);
+  EXPECT_EQ(sw[1].to.topology, Topology::kRing);
+  EXPECT_GE(sw[1].t, 50.0);
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::controller

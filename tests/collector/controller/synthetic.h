@@ -1,0 +1,176 @@
+// Hand-made series snapshots and a minimal SeriesStore for the controller's tests, so that they
+// need neither the window implementation nor a collector.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collector/window/series_store.h"
+
+namespace bpftrain::collector::controller::testing {
+
+using window::SeriesKind;
+using window::SeriesSnapshot;
+
+inline SeriesSnapshot gauge(std::string name, std::vector<std::pair<std::string, std::string>> labels,
+                            double last, uint64_t count = 5) {
+  SeriesSnapshot s;
+  s.name = std::move(name);
+  s.labels = std::move(labels);
+  s.kind = SeriesKind::kGauge;
+  s.count = count;
+  s.last = last;
+  s.sum = last * double(count);
+  s.min = s.max = last;
+  return s;
+}
+
+inline SeriesSnapshot counter(std::string name,
+                              std::vector<std::pair<std::string, std::string>> labels,
+                              double per_second) {
+  SeriesSnapshot s;
+  s.name = std::move(name);
+  s.labels = std::move(labels);
+  s.kind = SeriesKind::kCounter;
+  s.count = 10;
+  s.rate = per_second;
+  s.sum = per_second * 5;
+  s.total = s.sum;
+  return s;
+}
+
+inline SeriesSnapshot dist(std::string name, std::vector<std::pair<std::string, std::string>> labels,
+                           double p50, double p99, uint64_t count = 10, double sum = -1) {
+  SeriesSnapshot s;
+  s.name = std::move(name);
+  s.labels = std::move(labels);
+  s.kind = SeriesKind::kDistribution;
+  s.count = count;
+  s.sum = sum >= 0 ? sum : p50 * double(count);
+  s.min = p50;
+  s.max = p99;
+  s.quantiles = {{0.5, p50}, {0.9, (p50 + p99) / 2}, {0.99, p99}};
+  return s;
+}
+
+inline std::vector<std::pair<std::string, std::string>> jr(const std::string& job, int rank) {
+  return {{"job", job}, {"rank", std::to_string(rank)}};
+}
+
+// One job's trainer telemetry for `ranks` ranks.
+struct JobState {
+  std::string job = "j";
+  int ranks = 2;
+  double step_s = 0.2;
+  double allreduce_s = 0.1;
+  double samples_per_s_per_rank = 500;
+  double busbw = 1e9;
+  int topology = 0;
+  int pinning = 0;
+  int64_t epoch = 0;
+  bool checkpoint = false;
+  // Transport probe series (absent when has_transport is false).
+  bool has_transport = true;
+  double queue_depth_p50 = 16e3, queue_depth_p99 = 64e3;
+  double rtt_p50 = 100e-6, rtt_p99 = 300e-6;
+};
+
+inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
+  std::vector<SeriesSnapshot> v;
+  for (int r = 0; r < j.ranks; ++r) {
+    v.push_back(dist("bpftrain_step_seconds", jr(j.job, r), j.step_s, j.step_s * 1.2));
+    v.push_back(dist("bpftrain_allreduce_seconds", jr(j.job, r), j.allreduce_s, j.allreduce_s * 1.2));
+    v.push_back(gauge("bpftrain_samples_per_second", jr(j.job, r), j.samples_per_s_per_rank));
+    v.push_back(gauge("bpftrain_allreduce_busbw_bytes_per_second", jr(j.job, r), j.busbw));
+    v.push_back(gauge("bpftrain_topology", jr(j.job, r), j.topology));
+    v.push_back(gauge("bpftrain_pinning", jr(j.job, r), j.pinning));
+    v.push_back(gauge("bpftrain_config_epoch", jr(j.job, r), double(j.epoch)));
+    v.push_back(gauge("bpftrain_checkpoint_active", jr(j.job, r), j.checkpoint ? 1 : 0));
+    if (j.has_transport) {
+      auto l = jr(j.job, r);
+      l.push_back({"transport", "tcp"});
+      v.push_back(dist("bpftrain_transport_queue_depth", l, j.queue_depth_p50, j.queue_depth_p99));
+      v.push_back(dist("bpftrain_transport_rtt_seconds", jr(j.job, r), j.rtt_p50, j.rtt_p99));
+    }
+  }
+  return v;
+}
+
+// A SeriesStore whose snapshot() returns what the test put there, plus the series recorded
+// into it (the controller's own counters), aggregated simply.
+class FakeStore final : public window::SeriesStore {
+ public:
+  void set(std::vector<SeriesSnapshot> v) {
+    std::lock_guard lock(mu_);
+    external_ = std::move(v);
+  }
+  window::SeriesId lookup(std::string_view name, std::span<const window::Label> labels,
+                          SeriesKind kind) override {
+    std::lock_guard lock(mu_);
+    SeriesSnapshot s;
+    s.name = std::string(name);
+    for (const auto& l : labels) s.labels.emplace_back(std::string(l.name), std::string(l.value));
+    std::sort(s.labels.begin(), s.labels.end());
+    s.kind = kind;
+    for (size_t i = 0; i < own_.size(); ++i)
+      if (own_[i].name == s.name && own_[i].labels == s.labels) return window::SeriesId(i);
+    own_.push_back(std::move(s));
+    return window::SeriesId(own_.size() - 1);
+  }
+  void record(int, window::SeriesId id, double value, int64_t now_ns) override {
+    std::lock_guard lock(mu_);
+    SeriesSnapshot& s = own_[id];
+    s.count++;
+    s.sum += value;
+    s.total += s.kind == SeriesKind::kCounter ? value : 0;
+    s.last = value;
+    s.last_update_ns = now_ns;
+  }
+  std::vector<SeriesSnapshot> snapshot(int64_t) const override {
+    std::lock_guard lock(mu_);
+    std::vector<SeriesSnapshot> v = external_;
+    v.insert(v.end(), own_.begin(), own_.end());
+    return v;
+  }
+  SeriesSnapshot snapshotOne(window::SeriesId id, int64_t) const override {
+    std::lock_guard lock(mu_);
+    return id < own_.size() ? own_[id] : SeriesSnapshot{};
+  }
+  size_t seriesCount() const override { return own_.size(); }
+  uint64_t rejectedSeries() const override { return 0; }
+  size_t memoryBytes() const override { return 0; }
+  const window::WindowConfig& config() const override { return config_; }
+  int64_t stepOf(int64_t now_ns) const override { return now_ns / config_.step.count(); }
+  size_t visitStep(int64_t, const std::function<void(const window::StepSummary&)>&) const override {
+    return 0;
+  }
+  void mergeStep(int, window::SeriesId, const window::StepSummary&, int64_t) override {}
+  uint64_t lateSamples() const override { return 0; }
+
+  // Sum of `total` over own series named `name` whose labels include all of `want`.
+  double ownTotal(const std::string& name,
+                  std::vector<std::pair<std::string, std::string>> want = {}) const {
+    std::lock_guard lock(mu_);
+    double t = 0;
+    for (const SeriesSnapshot& s : own_) {
+      if (s.name != name) continue;
+      bool ok = true;
+      for (const auto& w : want)
+        ok = ok && std::find(s.labels.begin(), s.labels.end(), w) != s.labels.end();
+      if (ok) t += s.kind == SeriesKind::kCounter ? s.total : double(s.count);
+    }
+    return t;
+  }
+
+ private:
+  window::WindowConfig config_;
+  mutable std::mutex mu_;
+  std::vector<SeriesSnapshot> external_;
+  std::vector<SeriesSnapshot> own_;
+};
+
+}  // namespace bpftrain::collector::controller::testing
