@@ -1,0 +1,270 @@
+// bpftrain-collector: UDP ingest -> sliding windows -> Prometheus /metrics, plus the per-step
+// work (BPF probe polling, upstream forwarding, the controller) on one main-loop thread.
+//
+// Signals are blocked in every thread and taken synchronously with sigtimedwait in the main
+// loop, which also wakes at each window-step boundary: no async-signal-safety puzzles.
+#include <signal.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collector/app/config.h"
+#include "collector/app/log.h"
+#include "collector/app/self_metrics.h"
+#include "collector/ingest/sender_registry.h"
+#include "collector/ingest/udp_ingest.h"
+#include "collector/window/series_store.h"
+#include "collector/export/metrics_server.h"
+#include "collector/export/window_collectable.h"
+#ifdef BPFTRAIN_HAVE_LOADER
+#include "collector/loader/probe_service.h"
+#endif
+#ifdef BPFTRAIN_HAVE_UPSTREAM
+#include "collector/upstream/upstream.h"
+#endif
+
+namespace bpftrain::collector::app {
+namespace {
+
+constexpr const char* kLog = "collector";
+
+// Work done once per window step on the main thread, in registration order.
+struct StepListener {
+  const char* name;
+  std::function<void(int64_t now_ns)> onStep;
+};
+
+int listProbes() {
+#ifdef BPFTRAIN_HAVE_LOADER
+  for (const auto& p : loader::ProbeService::listProbes()) {
+    std::string what = loader::ProbeService::describe(p.name);
+    std::printf("%-20s %-4s %s%s%s\n", p.name.c_str(), p.up ? "up" : "DOWN", what.c_str(),
+                p.up ? "" : "  -- ", p.reason.c_str());
+  }
+  return 0;
+#else
+  std::printf("this bpftrain-collector was built without BPF (configure reported why); no probes\n");
+  return 0;
+#endif
+}
+
+int run(int argc, char** argv) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: all inherit it
+  signal(SIGPIPE, SIG_IGN);
+
+  CollectorConfig cfg;
+  std::string error;
+  if (!loadConfig(argc, argv, cfg, error)) {
+    std::fprintf(stderr, "bpftrain-collector: %s\n", error.c_str());
+    return 2;
+  }
+  if (cfg.help) {
+    std::fputs(collectorUsage(), stdout);
+    return 0;
+  }
+  setLogLevel(cfg.log_level);
+  if (cfg.list_probes) return listProbes();
+
+  window::WindowConfig wc;
+  wc.window = cfg.window;
+  wc.step = cfg.step;
+  wc.max_series = cfg.max_series;
+  wc.writers = cfg.ingest_threads + 1;  // ingest threads, then the probe service
+  std::unique_ptr<window::SeriesStore> store = window::SeriesStore::create(wc);
+  ingest::SenderRegistry registry;
+  Health health;
+
+  ingest::UdpIngestOptions io;
+  io.host = cfg.listen.host;
+  io.port = cfg.listen.port;
+  io.threads = cfg.ingest_threads;
+  io.rcvbuf_bytes = int(cfg.rcvbuf_bytes);
+#ifdef BPFTRAIN_HAVE_UPSTREAM
+  io.dispatch.summary = upstream::applySummary;  // this collector can be a parent
+#endif
+  auto udp = ingest::UdpIngest::start(io, *store, registry, error);
+  if (!udp) {
+    std::fprintf(stderr, "bpftrain-collector: %s\n", error.c_str());
+    return 1;
+  }
+  // SO_RCVBUF is doubled by the kernel for bookkeeping; below the request means rmem_max capped it.
+  if (size_t(udp->rcvbufBytes()) < cfg.rcvbuf_bytes) {
+    logf(LogLevel::kWarn, kLog,
+         "ingest socket buffer is %d bytes, asked for %zu: bursts may be dropped (and counted in "
+         "bpftrain_collector_kernel_drops_total); run as root (SO_RCVBUFFORCE) or raise "
+         "net.core.rmem_max",
+         udp->rcvbufBytes(), cfg.rcvbuf_bytes);
+  } else {
+    logf(LogLevel::kInfo, kLog, "ingest socket buffer %d bytes per socket (%s)", udp->rcvbufBytes(),
+         udp->rcvbufForced() ? "SO_RCVBUFFORCE" : "SO_RCVBUF");
+  }
+
+  auto metrics = exporter::MetricsServer::start(cfg.metrics.str(), error);
+  if (!metrics) {
+    std::fprintf(stderr, "bpftrain-collector: --metrics %s: %s\n", cfg.metrics.str().c_str(),
+                 error.c_str());
+    return 1;
+  }
+  auto self = std::make_shared<SelfMetrics>(*udp, *store, registry, health, cfg.max_series,
+                                            cfg.rcvbuf_bytes);
+  metrics->add(self);
+  metrics->add(std::make_shared<exporter::WindowCollectable>(*store));
+
+  std::vector<StepListener> listeners;
+
+#ifdef BPFTRAIN_HAVE_LOADER
+  std::unique_ptr<loader::ProbeService> probes;
+  if (!cfg.no_bpf) {
+    loader::ProbeOptions po;
+    po.all_processes = cfg.all_processes;
+    po.pids = cfg.pids;
+    po.cgroups = cfg.cgroups;
+    probes = loader::ProbeService::create(po, *store, cfg.ingest_threads, error);
+    if (!probes) {
+      logf(LogLevel::kWarn, "bpf", "%s; running without kernel probes "
+           "(bpftrain_collector_feature_enabled{feature=\"bpf\"} = 0; --no-bpf silences this)",
+           error.c_str());
+    } else {
+      health.bpf_enabled = 1;
+      for (const auto& s : probes->status()) {
+        if (!s.up) logf(LogLevel::kWarn, "bpf", "probe %s is down: %s", s.name.c_str(), s.reason.c_str());
+      }
+      listeners.push_back({"bpf", [&](int64_t now) { probes->poll(registry, now); }});
+    }
+  }
+#else
+  if (!cfg.no_bpf) {
+    logf(LogLevel::kWarn, "bpf", "built without BPF support: no kernel probes "
+         "(bpftrain_collector_feature_enabled{feature=\"bpf\"} = 0)");
+  }
+#endif
+
+#ifdef BPFTRAIN_HAVE_UPSTREAM
+  std::unique_ptr<upstream::Forwarder> forwarder;
+  auto startUpstream = [&](const std::optional<HostPort>& to) {
+    forwarder.reset();
+    health.upstream_enabled = 0;
+    if (!to) return;
+    std::string err;
+    forwarder = upstream::Forwarder::create(to->host, to->port, err);
+    if (!forwarder) {
+      logf(LogLevel::kError, "upstream", "--upstream %s: %s", to->str().c_str(), err.c_str());
+      return;
+    }
+    health.upstream_enabled = 1;
+    logf(LogLevel::kInfo, "upstream", "forwarding window summaries to %s", to->str().c_str());
+  };
+  startUpstream(cfg.upstream);
+  listeners.push_back({"upstream", [&](int64_t now) {
+                         if (forwarder) forwarder->forwardStep(*store, now);
+                       }});
+#else
+  if (cfg.upstream) {
+    logf(LogLevel::kWarn, "upstream", "built without collector/upstream: --upstream ignored");
+  }
+#endif
+
+  // CONTROLLER HOOK: the lead plugs collector/controller's ControllerService in here, e.g.
+  //   listeners.push_back({"controller", [&](int64_t now) { controller->onStep(*store, now); }});
+  // guarded by cfg.control, with cfg.policy / cfg.secret_path, and sets health.controller_enabled.
+  if (cfg.control) {
+    logf(LogLevel::kWarn, "controller", "--control given but the controller is not wired into "
+         "this build yet; collecting only (bpftrain_collector_feature_enabled{feature=\"controller\"} = 0)");
+  }
+
+  // Tests and scripts parse this line for the bound ports (--listen/--metrics with port 0).
+  std::printf("bpftrain-collector: listening udp=%s:%u metrics=%s:%d threads=%d window=%" PRId64
+              "ms step=%" PRId64 "ms\n",
+              cfg.listen.host.c_str(), udp->port(), cfg.metrics.host.c_str(), metrics->port(),
+              udp->threads(), int64_t(cfg.window.count() / 1'000'000),
+              int64_t(cfg.step.count() / 1'000'000));
+  std::fflush(stdout);
+
+  const int64_t step_ns = cfg.step.count();
+  int64_t next_step = (window::monotonicNowNs() / step_ns + 1) * step_ns;
+  for (;;) {
+    int64_t now = window::monotonicNowNs();
+    if (now >= next_step) {
+      for (auto& l : listeners) l.onStep(now);
+      health.steps.fetch_add(1);
+      int64_t after = window::monotonicNowNs();
+      next_step += step_ns;
+      if (after >= next_step) {  // listeners overran: skip missed steps rather than pile up
+        health.step_overruns.fetch_add(1);
+        logf(LogLevel::kDebug, kLog, "step work took %" PRId64 "ms, longer than a step",
+             (after - now) / 1'000'000);
+        next_step = (after / step_ns + 1) * step_ns;
+      }
+      continue;
+    }
+    int64_t wait = next_step - now;
+    timespec ts{time_t(wait / 1'000'000'000), long(wait % 1'000'000'000)};
+    int sig = sigtimedwait(&signals, nullptr, &ts);
+    if (sig < 0) continue;  // timeout (EAGAIN) or EINTR
+    if (sig == SIGTERM || sig == SIGINT) {
+      logf(LogLevel::kInfo, kLog, "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      break;
+    }
+    // SIGHUP: re-read the same flags and file; apply what can change live, name the rest.
+    CollectorConfig fresh;
+    if (!loadConfig(argc, argv, fresh, error)) {
+      health.reload_failures.fetch_add(1);
+      logf(LogLevel::kError, kLog, "SIGHUP: reload failed, keeping the running config: %s",
+           error.c_str());
+      continue;
+    }
+    std::string applied, restart;
+    auto note = [](std::string& list, const char* what) { list += (list.empty() ? "" : ", ") + std::string(what); };
+    if (fresh.log_level != cfg.log_level) {
+      setLogLevel(fresh.log_level);
+      note(applied, "log_level");
+    }
+    if (fresh.upstream != cfg.upstream) {
+#ifdef BPFTRAIN_HAVE_UPSTREAM
+      startUpstream(fresh.upstream);
+      note(applied, "upstream");
+#else
+      note(restart, "upstream");
+#endif
+    }
+    if (fresh.max_series != cfg.max_series) note(restart, "max_series");
+    if (fresh.listen != cfg.listen) note(restart, "listen");
+    if (fresh.metrics != cfg.metrics) note(restart, "metrics");
+    if (fresh.window != cfg.window || fresh.step != cfg.step) note(restart, "window/step");
+    if (fresh.ingest_threads != cfg.ingest_threads) note(restart, "ingest_threads");
+    if (fresh.rcvbuf_bytes != cfg.rcvbuf_bytes) note(restart, "rcvbuf");
+    if (fresh.no_bpf != cfg.no_bpf || fresh.pids != cfg.pids || fresh.cgroups != cfg.cgroups ||
+        fresh.all_processes != cfg.all_processes)
+      note(restart, "bpf targets");
+    if (fresh.control != cfg.control || fresh.policy != cfg.policy || fresh.secret_path != cfg.secret_path)
+      note(restart, "controller");
+    // Keep what needs a restart as it runs, so a second SIGHUP reports it again.
+    cfg.log_level = fresh.log_level;
+    cfg.upstream = fresh.upstream;
+    health.reloads.fetch_add(1);
+    logf(LogLevel::kInfo, kLog, "SIGHUP: reloaded %s; applied: %s; needs a restart: %s",
+         cfg.config_path.empty() ? "flags (no --config file)" : cfg.config_path.c_str(),
+         applied.empty() ? "nothing" : applied.c_str(), restart.empty() ? "nothing" : restart.c_str());
+  }
+
+  listeners.clear();
+  udp->stop();  // joins the ingest threads, then the sockets close with *udp
+  logf(LogLevel::kInfo, kLog, "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::app
+
+int main(int argc, char** argv) { return bpftrain::collector::app::run(argc, argv); }

@@ -1,0 +1,335 @@
+#include "collector/app/config.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace bpftrain::collector::app {
+namespace {
+
+using nlohmann::json;
+
+// A setting, applied from either a JSON value or a flag's text. Returns an error fragment
+// ("expected ..., got ...") or empty on success.
+struct Setting {
+  bool is_bool = false;   // flag takes no value; JSON wants true/false
+  bool repeated = false;  // flag may repeat; JSON takes a value or an array
+  std::function<std::string(CollectorConfig&, const std::string&)> apply;
+};
+
+std::string got(const std::string& v) { return ", got \"" + v + "\""; }
+
+template <typename T>
+bool parseInt(const std::string& s, T& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+const std::map<std::string, Setting>& settings() {
+  static const std::map<std::string, Setting> table = {
+      {"listen", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         auto hp = parseHostPort(v);
+         if (!hp) return "expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9470" + got(v);
+         c.listen = *hp;
+         return {};
+       }}},
+      {"metrics", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         auto hp = parseHostPort(v);
+         if (!hp) return "expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9471" + got(v);
+         c.metrics = *hp;
+         return {};
+       }}},
+      {"upstream", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         auto hp = parseHostPort(v);
+         if (!hp || hp->port == 0)
+           return "expected the parent collector's HOST:PORT, e.g. 10.0.0.1:9470" + got(v);
+         c.upstream = *hp;
+         return {};
+       }}},
+      {"window", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         auto d = parseDuration(v);
+         if (!d || d->count() <= 0) return "expected a duration like 5s or 500ms" + got(v);
+         c.window = *d;
+         return {};
+       }}},
+      {"step", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         auto d = parseDuration(v);
+         if (!d || *d < std::chrono::milliseconds(1))
+           return "expected a duration of at least 1ms like 500ms" + got(v);
+         c.step = *d;
+         return {};
+       }}},
+      {"no_bpf", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         c.no_bpf = v == "true";
+         return {};
+       }}},
+      {"control", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         c.control = v == "true";
+         return {};
+       }}},
+      {"all", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         c.all_processes = v == "true";
+         return {};
+       }}},
+      {"list_probes", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         c.list_probes = v == "true";
+         return {};
+       }}},
+      {"policy", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         if (v != "rules" && v != "bandit") return "expected rules or bandit" + got(v);
+         c.policy = v;
+         return {};
+       }}},
+      {"secret", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         if (access(v.c_str(), R_OK) != 0)
+           return "cannot read the secret file (create it, e.g. head -c32 /dev/urandom > FILE)" +
+                  got(v);
+         c.secret_path = v;
+         return {};
+       }}},
+      {"ingest_threads", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         int n;
+         if (!parseInt(v, n) || n < 1 || n > 64) return "expected 1..64" + got(v);
+         c.ingest_threads = n;
+         return {};
+       }}},
+      {"max_series", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         size_t n;
+         if (!parseInt(v, n) || n < 1 || n > 10'000'000) return "expected 1..10000000" + got(v);
+         c.max_series = n;
+         return {};
+       }}},
+      {"rcvbuf", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         size_t n;
+         if (!parseInt(v, n) || n < 4096 || n > (1u << 30))
+           return "expected a socket buffer size in bytes, 4096..1073741824" + got(v);
+         c.rcvbuf_bytes = n;
+         return {};
+       }}},
+      {"pid", {false, true, [](CollectorConfig& c, const std::string& v) -> std::string {
+         pid_t p;
+         if (!parseInt(v, p) || p <= 0) return "expected a process id" + got(v);
+         c.pids.push_back(p);
+         return {};
+       }}},
+      {"cgroup", {false, true, [](CollectorConfig& c, const std::string& v) -> std::string {
+         if (v.empty() || access(v.c_str(), F_OK) != 0)
+           return "expected an existing cgroup directory, e.g. /sys/fs/cgroup/train.slice" +
+                  got(v);
+         c.cgroups.push_back(v);
+         return {};
+       }}},
+      {"log_level", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         auto l = parseLogLevel(v);
+         if (!l) return "expected debug, info, warn or error" + got(v);
+         c.log_level = *l;
+         return {};
+       }}},
+  };
+  return table;
+}
+
+std::string flagName(const std::string& key) {
+  std::string f = "--" + key;
+  for (char& ch : f)
+    if (ch == '_') ch = '-';
+  return f;
+}
+
+// JSON scalar as the text a flag would carry, so both paths share one validator.
+bool jsonText(const json& v, const Setting& s, std::string& out) {
+  if (s.is_bool) {
+    if (!v.is_boolean()) return false;
+    out = v.get<bool>() ? "true" : "false";
+  } else if (v.is_string()) {
+    out = v.get<std::string>();
+  } else if (v.is_number_integer()) {
+    out = std::to_string(v.get<int64_t>());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool applyFile(const std::string& path, CollectorConfig& out, std::string& error) {
+  std::ifstream in(path);
+  if (!in) {
+    error = "--config " + path + ": cannot open the file (check the path and permissions)";
+    return false;
+  }
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    error = "--config " + path + ": not valid JSON (" + e.what() + ")";
+    return false;
+  }
+  if (!doc.is_object()) {
+    error = "--config " + path + ": expected a JSON object like {\"listen\": \"127.0.0.1:9470\"}";
+    return false;
+  }
+  for (const auto& [raw_key, value] : doc.items()) {
+    std::string key = raw_key;
+    for (char& ch : key)
+      if (ch == '-') ch = '_';
+    auto it = settings().find(key);
+    std::string where = "config key \"" + raw_key + "\" in " + path + ": ";
+    if (it == settings().end() || key == "config") {
+      error = where + "unknown key (known: listen, metrics, window, step, no_bpf, control, "
+                      "policy, upstream, secret, ingest_threads, max_series, rcvbuf, pid, "
+                      "cgroup, all, list_probes, log_level)";
+      return false;
+    }
+    const Setting& s = it->second;
+    std::vector<json> values;
+    if (s.repeated && value.is_array()) values.assign(value.begin(), value.end());
+    else values.push_back(value);
+    for (const json& v : values) {
+      std::string text;
+      if (!jsonText(v, s, text)) {
+        error = where + (s.is_bool ? "expected true or false" : "expected a string or number") +
+                ", got " + v.dump();
+        return false;
+      }
+      if (std::string e = s.apply(out, text); !e.empty()) {
+        error = where + e;
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s) {
+  int64_t n;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc() || n < 0) return std::nullopt;
+  std::string_view unit(p, size_t(s.data() + s.size() - p));
+  int64_t mult;
+  if (unit == "ns") mult = 1;
+  else if (unit == "us") mult = 1'000;
+  else if (unit == "ms") mult = 1'000'000;
+  else if (unit == "s") mult = 1'000'000'000;
+  else if (unit == "m") mult = 60'000'000'000;
+  else return std::nullopt;
+  if (n > INT64_MAX / mult) return std::nullopt;
+  return std::chrono::nanoseconds(n * mult);
+}
+
+std::optional<HostPort> parseHostPort(std::string_view s) {
+  size_t c = s.rfind(':');
+  if (c == std::string_view::npos || c == 0) return std::nullopt;
+  HostPort hp{std::string(s.substr(0, c)), 0};
+  in_addr a;
+  if (inet_pton(AF_INET, hp.host.c_str(), &a) != 1) return std::nullopt;
+  std::string_view port = s.substr(c + 1);
+  auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), hp.port);
+  if (ec != std::errc() || p != port.data() + port.size() || port.empty()) return std::nullopt;
+  return hp;
+}
+
+bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::string& error) {
+  out = CollectorConfig{};
+  // The file first (wherever --config appears), then the flags over it.
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string path;
+    if (a == "--config" && i + 1 < argc) path = argv[i + 1];
+    else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
+    else continue;
+    out.config_path = path;
+    if (!applyFile(path, out, error)) return false;
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      out.help = true;
+      return true;
+    }
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    if (a.rfind("--", 0) != 0) {
+      error = "unexpected argument \"" + a + "\" (flags start with --; see --help)";
+      return false;
+    }
+    std::string key = a.substr(2);
+    for (char& ch : key)
+      if (ch == '-') ch = '_';
+    if (key == "config") {
+      if (!has_value) ++i;
+      if (i >= argc) {
+        error = "--config needs a FILE";
+        return false;
+      }
+      continue;
+    }
+    auto it = settings().find(key);
+    if (it == settings().end()) {
+      error = "unknown flag " + a + " (see --help)";
+      return false;
+    }
+    const Setting& s = it->second;
+    if (s.is_bool) {
+      if (has_value && value != "true" && value != "false") {
+        error = a + ": expected no value, or =true / =false" + got(value);
+        return false;
+      }
+      if (!has_value) value = "true";
+    } else if (!has_value) {
+      if (i + 1 >= argc) {
+        error = a + " needs a value";
+        return false;
+      }
+      value = argv[++i];
+    }
+    if (std::string e = s.apply(out, value); !e.empty()) {
+      error = flagName(key) + ": " + e;
+      return false;
+    }
+  }
+  if (out.step > out.window || out.window.count() % out.step.count() != 0) {
+    error = "--window/--step: the window must be a whole number of steps (e.g. --window 5s "
+            "--step 500ms), got window " + std::to_string(out.window.count() / 1'000'000) +
+            "ms, step " + std::to_string(out.step.count() / 1'000'000) + "ms";
+    return false;
+  }
+  if (out.window / out.step > 10'000) {
+    error = "--window/--step: at most 10000 steps per window";
+    return false;
+  }
+  return true;
+}
+
+const char* collectorUsage() {
+  return "usage: bpftrain-collector [flags]\n"
+         "  --config FILE          JSON file with any of the keys below (flags override it)\n"
+         "  --listen HOST:PORT     UDP ingest for binary frames and StatsD (127.0.0.1:9470; :0 = any)\n"
+         "  --metrics HOST:PORT    Prometheus /metrics (127.0.0.1:9471; :0 = any)\n"
+         "  --window 5s --step 500ms   sliding window length and step\n"
+         "  --ingest-threads N     UDP sockets/threads on the ingest port (2)\n"
+         "  --rcvbuf BYTES         socket receive buffer per ingest socket (33554432)\n"
+         "  --max-series N         series cardinality bound (100000); more are rejected and counted\n"
+         "  --upstream HOST:PORT   forward window summaries to a parent collector\n"
+         "  --no-bpf               do not load BPF probes\n"
+         "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"
+         "  --list-probes          show which probes attach on this machine, then exit\n"
+         "  --control --policy rules|bandit --secret FILE   run the controller\n"
+         "  --log-level debug|info|warn|error\n"
+         "SIGHUP reloads --config (max series, upstream, log level); SIGTERM stops.\n";
+}
+
+}  // namespace bpftrain::collector::app

@@ -1,0 +1,57 @@
+// bpftrain-collector configuration: defaults, then the JSON --config file, then flags (flags
+// win). Every flag has a JSON key of the same name with '_' for '-' (e.g. "ingest_threads").
+// A mistake is one line naming the key or flag and what would be accepted; the caller exits 2.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collector/app/log.h"
+
+namespace bpftrain::collector::app {
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+  bool operator==(const HostPort&) const = default;
+};
+
+struct CollectorConfig {
+  std::string config_path;                 // --config
+  HostPort listen{"127.0.0.1", 9470};      // --listen: UDP ingest
+  HostPort metrics{"127.0.0.1", 9471};     // --metrics: Prometheus /metrics
+  std::chrono::nanoseconds window = std::chrono::seconds(5);
+  std::chrono::nanoseconds step = std::chrono::milliseconds(500);
+  bool no_bpf = false;
+  bool control = false;
+  std::string policy = "rules";            // rules|bandit
+  std::optional<HostPort> upstream;        // parent collector
+  std::string secret_path;                 // HMAC key for control decisions
+  int ingest_threads = 2;
+  size_t max_series = 100'000;
+  size_t rcvbuf_bytes = 32u << 20;         // per ingest socket
+  std::vector<pid_t> pids;                 // --pid (repeatable)
+  std::vector<std::string> cgroups;        // --cgroup (repeatable)
+  bool all_processes = false;              // --all
+  bool list_probes = false;
+  bool help = false;
+  LogLevel log_level = LogLevel::kInfo;
+};
+
+// Parses argv (argv[0] skipped) over the defaults and the --config file it names. Returns
+// false with `error` set to one line naming the key or flag.
+bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::string& error);
+
+// Parses a duration such as "5s", "500ms", "250us", "2m"; nullopt when malformed.
+std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s);
+std::optional<HostPort> parseHostPort(std::string_view s);
+
+const char* collectorUsage();
+
+}  // namespace bpftrain::collector::app

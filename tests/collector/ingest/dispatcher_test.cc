@@ -1,0 +1,286 @@
+#include "collector/ingest/dispatcher.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/collector/ingest/fake_store.h"
+
+namespace bpftrain::collector::ingest {
+namespace {
+
+using testing::FakeSeries;
+using testing::FakeStore;
+using wire::MetricId;
+using wire::SampleRecord;
+using wire::SampleType;
+
+std::vector<uint8_t> hello(uint64_t sender, uint32_t seq, std::string_view job, uint32_t rank) {
+  std::vector<uint8_t> buf(512);
+  uint32_t tids[] = {100, 101};
+  wire::Hello h{job, "node-a", rank, 4, 100, tids};
+  buf.resize(wire::encodeHello(buf, sender, seq, h));
+  return buf;
+}
+
+std::vector<uint8_t> samplesFrame(uint64_t sender, uint32_t seq, std::vector<SampleRecord> recs) {
+  std::vector<uint8_t> buf(wire::kMaxFrameSize);
+  buf.resize(wire::encodeSamples(buf, sender, seq, 123, recs));
+  return buf;
+}
+
+std::span<const uint8_t> bytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  FakeStore store_;
+  SenderRegistry registry_;
+  IngestStats stats_;
+  Dispatcher d_{store_, registry_, stats_, 0};
+
+  uint64_t errors(DecodeReason r) const { return stats_.decode_errors[size_t(r)].load(); }
+  uint64_t dropped(DropReason r) const { return stats_.dropped[size_t(r)].load(); }
+  uint64_t samples(Protocol p) const { return stats_.samples[size_t(p)].load(); }
+  void send(std::span<const uint8_t> b) { d_.handleDatagram(b, 1000); }
+  void send(std::string_view s) { d_.handleDatagram(bytes(s), 1000); }
+};
+
+TEST_F(DispatcherTest, BinarySamplesBecomeLabelledSeries) {
+  send(hello(7, 0, "digits", 3));
+  send(samplesFrame(7, 1, {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.25},
+                      {MetricId::kAllreduceBytes, SampleType::kCounter, 0, 5, 4096},
+                      {MetricId::kLoss, SampleType::kGauge, 0, 9, 1.5}}));
+  FakeSeries step = store_.get("bpftrain_step_seconds{job=digits,rank=3}");
+  EXPECT_EQ(step.kind, window::SeriesKind::kDistribution);
+  EXPECT_EQ(step.values, std::vector<double>{0.25});
+  EXPECT_EQ(store_.get("bpftrain_allreduce_bytes{job=digits,rank=3}").kind,
+            window::SeriesKind::kCounter);
+  EXPECT_EQ(store_.get("bpftrain_loss{job=digits,rank=3}").values, std::vector<double>{1.5});
+  EXPECT_EQ(samples(Protocol::kBinary), 3u);
+  EXPECT_EQ(stats_.samples_lost.load(), 0u);
+}
+
+TEST_F(DispatcherTest, SamplesBeforeHelloAreDroppedAndCounted) {
+  send(samplesFrame(9, 1, {{MetricId::kLoss, SampleType::kGauge, 0, 0, 1}, {MetricId::kStep, SampleType::kGauge, 0, 0, 1}}));
+  EXPECT_EQ(dropped(DropReason::kUnknownSender), 2u);
+  EXPECT_EQ(store_.seriesCount(), 0u);
+  send(hello(9, 2, "j", 0));
+  send(samplesFrame(9, 3, {{MetricId::kLoss, SampleType::kGauge, 0, 0, 1}}));
+  EXPECT_EQ(samples(Protocol::kBinary), 1u);
+}
+
+TEST_F(DispatcherTest, SequenceGapsCountAsLost) {
+  send(hello(5, 0, "j", 1));
+  auto rec = std::vector<SampleRecord>{{MetricId::kStep, SampleType::kGauge, 0, 0, 1}};
+  send(samplesFrame(5, 1, rec));
+  send(samplesFrame(5, 4, rec));   // 2 and 3 missing
+  send(samplesFrame(5, 3, rec));   // late: already counted, not counted again
+  send(samplesFrame(5, 4, rec));   // duplicate
+  send(samplesFrame(5, 10, rec));  // 5..9 missing
+  EXPECT_EQ(stats_.samples_lost.load(), 2u + 5u);
+  send(samplesFrame(5, 0, rec));   // late frames from before the gap are not counted again
+  send(samplesFrame(5, 1, rec));
+  EXPECT_EQ(stats_.samples_lost.load(), 7u);
+}
+
+TEST_F(DispatcherTest, SeveralFramesPerDatagram) {
+  auto a = hello(1, 0, "j", 0);
+  auto b = samplesFrame(1, 1, {{MetricId::kStep, SampleType::kGauge, 0, 0, 7}});
+  a.insert(a.end(), b.begin(), b.end());
+  send(a);
+  EXPECT_EQ(store_.get("bpftrain_step{job=j,rank=0}").values, std::vector<double>{7});
+}
+
+TEST_F(DispatcherTest, TopologyAndPinningInfoFollowTheCurrentValue) {
+  send(hello(2, 0, "j", 0));
+  send(samplesFrame(2, 1, {{MetricId::kTopology, SampleType::kGauge, 0, 0, 0},
+                      {MetricId::kPinning, SampleType::kGauge, 0, 0, 3}}));
+  send(samplesFrame(2, 2, {{MetricId::kTopology, SampleType::kGauge, 0, 0, 2}}));
+  EXPECT_EQ(store_.get("bpftrain_topology_info{job=j,rank=0,topology=ring}").values,
+            (std::vector<double>{1, 0}));
+  EXPECT_EQ(store_.get("bpftrain_topology_info{job=j,rank=0,topology=bcube}").values,
+            std::vector<double>{1});
+  EXPECT_EQ(store_.get("bpftrain_pinning_info{job=j,mode=numa,rank=0}").values,
+            std::vector<double>{1});
+  EXPECT_EQ(store_.get("bpftrain_topology{job=j,rank=0}").values, (std::vector<double>{0, 2}));
+}
+
+TEST_F(DispatcherTest, BadBinaryInputIsCountedByReason) {
+  send(hello(3, 0, "j", 0));
+  auto good = samplesFrame(3, 1, {{MetricId::kStep, SampleType::kGauge, 0, 0, 1}});
+  auto bad_version = good;
+  bad_version[4] = 9;
+  auto bad_kind = good;
+  bad_kind[5] = 77;
+  auto truncated = good;
+  truncated.resize(good.size() - 3);
+  auto overrun = good;
+  overrun[20] = 200;  // record count far beyond the body
+  auto nan = samplesFrame(3, 2, {{MetricId::kStep, SampleType::kGauge, 0, 0,
+                             std::numeric_limits<double>::quiet_NaN()}});
+  auto inf = samplesFrame(3, 3, {{MetricId::kStep, SampleType::kGauge, 0, 0,
+                             std::numeric_limits<double>::infinity()}});
+  auto unknown_metric = good;
+  unknown_metric[32] = 0xee;
+  auto oversized = good;
+  wire::putU16(oversized.data() + 6, uint16_t(wire::kMaxFrameSize + 1));
+  send(bad_version);
+  send(bad_kind);
+  send(truncated);
+  send(overrun);
+  send(nan);
+  send(inf);
+  send(unknown_metric);
+  send(oversized);
+  EXPECT_EQ(errors(DecodeReason::kBadVersion), 1u);
+  EXPECT_EQ(errors(DecodeReason::kUnknownKind), 1u);
+  EXPECT_EQ(errors(DecodeReason::kTruncated), 1u);
+  EXPECT_EQ(errors(DecodeReason::kCountOverrun), 1u);
+  EXPECT_EQ(errors(DecodeReason::kNonFinite), 2u);
+  EXPECT_EQ(errors(DecodeReason::kUnknownMetric), 1u);
+  EXPECT_EQ(errors(DecodeReason::kOversized), 1u);
+  EXPECT_EQ(samples(Protocol::kBinary), 0u);
+  EXPECT_EQ(store_.records(), 0u);
+}
+
+TEST_F(DispatcherTest, ControlAndSummaryFramesWithoutHandlerAreDropped) {
+  std::vector<uint8_t> buf(256);
+  wire::Control c{"j", 1, 0, 0, 5, {}};
+  buf.resize(wire::encodeControl(buf, 1, 1, c));
+  send(buf);
+  EXPECT_EQ(dropped(DropReason::kUnexpectedKind), 1u);
+}
+
+TEST_F(DispatcherTest, StatsdLinesMapLikeStatsdExporter) {
+  send("api.requests:2|c|@0.5\napi.requests_total:1|c\nlat-ms:250|ms|#route:/x,code:200\n"
+       "q:7|g\nq:+3|g\nq:-1|g\nsize:42|h\n");
+  FakeSeries req = store_.get("api_requests{}");
+  EXPECT_EQ(req.kind, window::SeriesKind::kCounter);
+  EXPECT_EQ(req.values, (std::vector<double>{4, 1}));  // 2 at @0.5 counts 4; _total not doubled
+  FakeSeries lat = store_.get("lat_ms{code=200,route=/x}");
+  EXPECT_EQ(lat.kind, window::SeriesKind::kDistribution);
+  EXPECT_EQ(lat.values, std::vector<double>{0.25});  // ms -> seconds
+  EXPECT_EQ(store_.get("q{}").values, (std::vector<double>{7, 10, 9}));
+  EXPECT_EQ(store_.get("size{}").values, std::vector<double>{42});
+  EXPECT_EQ(samples(Protocol::kStatsd), 7u);
+}
+
+TEST_F(DispatcherTest, SampledTimersAreReplayedBoundedTimes) {
+  send("t:100|ms|@0.25");
+  EXPECT_EQ(store_.get("t{}").values.size(), 4u);
+  send("t:100|ms|@0.00001");
+  EXPECT_EQ(store_.get("t{}").values.size(), 4u + kMaxTimerRepeat);
+}
+
+TEST_F(DispatcherTest, BadStatsdCountedAndOtherLinesKept) {
+  send("good:1|c\nbad name:1|c\nx:1|c|#a:1,a:2\ny:1|c|#__r:1\nz:nan|g\nw:1|q\ngood:2|c");
+  EXPECT_EQ(store_.get("good{}").values, (std::vector<double>{1, 2}));
+  EXPECT_EQ(errors(DecodeReason::kBadName), 1u);
+  EXPECT_EQ(errors(DecodeReason::kBadTag), 2u);
+  EXPECT_EQ(errors(DecodeReason::kNonFinite), 1u);
+  EXPECT_EQ(errors(DecodeReason::kBadType), 1u);
+  EXPECT_EQ(samples(Protocol::kStatsd), 2u);
+}
+
+TEST_F(DispatcherTest, SeriesLimitDropsAndCounts) {
+  FakeStore small(2);
+  IngestStats stats;
+  Dispatcher d(small, registry_, stats, 0);
+  d.handleDatagram(bytes("a:1|c\nb:1|c\nc:1|c\nc:1|c"), 1);
+  EXPECT_EQ(stats.dropped[size_t(DropReason::kSeriesLimit)].load(), 2u);
+  EXPECT_EQ(small.seriesCount(), 2u);
+}
+
+TEST(SenderRegistryTest, HelloRegistersAndVersionTracksChanges) {
+  SenderRegistry reg(2);
+  auto h = hello(11, 0, "digits", 5);
+  std::span<const uint8_t> dg(h);
+  wire::FrameView f;
+  ASSERT_EQ(wire::nextFrame(dg, f), wire::DecodeError::kNone);
+  wire::HelloView hv;
+  ASSERT_EQ(wire::decodeHello(f, hv), wire::DecodeError::kNone);
+  EXPECT_TRUE(reg.update(11, hv, 10));
+  uint64_t v = reg.version();
+  EXPECT_TRUE(reg.update(11, hv, 20));  // same hello again: no change
+  EXPECT_EQ(reg.version(), v);
+  std::string job, rank;
+  ASSERT_TRUE(reg.labelsOf(11, job, rank));
+  EXPECT_EQ(job, "digits");
+  EXPECT_EQ(rank, "5");
+  EXPECT_FALSE(reg.labelsOf(12, job, rank));
+  auto snap = reg.snapshot();
+  ASSERT_EQ(snap.size(), 1u);
+  EXPECT_EQ(snap[0].pid, 100);
+  EXPECT_EQ(snap[0].tids, (std::vector<pid_t>{100, 101}));
+  EXPECT_EQ(snap[0].last_seen_ns, 20);
+  EXPECT_TRUE(reg.update(12, hv, 1));
+  EXPECT_FALSE(reg.update(13, hv, 1));  // full
+  EXPECT_GT(reg.version(), v);
+}
+
+// Issue 2, bad input: 100,000 random and mutated datagrams, then valid traffic that must be
+// aggregated exactly, with nothing crashing on the way.
+TEST(DispatcherFuzz, HundredThousandBadDatagramsThenExactValidTraffic) {
+  FakeStore store;
+  SenderRegistry registry;
+  IngestStats stats;
+  Dispatcher d(store, registry, stats, 0);
+  std::mt19937_64 rng(20261201);
+  std::vector<std::vector<uint8_t>> seeds;
+  seeds.push_back(hello(1, 0, "fuzz", 0));
+  seeds.push_back(samplesFrame(1, 1, {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.5},
+                                 {MetricId::kLoss, SampleType::kGauge, 0, 0, 2}}));
+  for (std::string_view s : {"fuzz.a:1|c|@0.5|#k:v,k2:v2\nfuzz.b:2.5|ms\n", "fuzz.g:+1|g",
+                             "fuzz.h:3|h|#x:y"})
+    seeds.emplace_back(s.begin(), s.end());
+  std::vector<uint8_t> dg;
+  for (int i = 0; i < 100'000; ++i) {
+    int mode = int(rng() % 4);
+    if (mode == 0) {  // random bytes, sometimes with the magic in front
+      dg.resize(rng() % 600);
+      for (auto& b : dg) b = uint8_t(rng());
+      if (dg.size() >= 4 && rng() % 2) wire::putU32(dg.data(), wire::kMagic);
+    } else {  // a valid frame or line, mutated: flipped bytes, truncation, junk appended
+      dg = seeds[rng() % seeds.size()];
+      int flips = 1 + int(rng() % 4);
+      for (int f = 0; f < flips && !dg.empty(); ++f) dg[rng() % dg.size()] = uint8_t(rng());
+      if (mode == 2) dg.resize(rng() % (dg.size() + 1));
+      if (mode == 3) dg.insert(dg.end(), size_t(rng() % 64), uint8_t(rng()));
+    }
+    d.handleDatagram(dg, 1);
+  }
+  uint64_t errors = 0;
+  for (auto& e : stats.decode_errors) errors += e.load();
+  EXPECT_GT(errors, 50'000u);
+
+  // Valid traffic from senders and names the fuzz phase never produced.
+  std::string text;
+  for (int i = 0; i < 1000; ++i) {
+    d.handleDatagram(hello(1000 + i % 10, uint32_t(i), "valid", uint32_t(i % 10)), 2);
+    d.handleDatagram(samplesFrame(1000 + i % 10, 100000 + uint32_t(i),
+                             {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.001 * i}}), 2);
+    text = "valid.count:1|c|#w:" + std::to_string(i % 7) + "\nvalid.ms:" + std::to_string(i) + "|ms";
+    d.handleDatagram(bytes(text), 2);
+  }
+  for (int r = 0; r < 10; ++r) {
+    FakeSeries s = store.get("bpftrain_step_seconds{job=valid,rank=" + std::to_string(r) + "}");
+    ASSERT_EQ(s.values.size(), 100u) << r;
+    for (int k = 0; k < 100; ++k) EXPECT_DOUBLE_EQ(s.values[k], 0.001 * (r + 10 * k));
+  }
+  uint64_t counted = 0;
+  for (int w = 0; w < 7; ++w)
+    counted += uint64_t(store.get("valid_count{w=" + std::to_string(w) + "}").sum());
+  EXPECT_EQ(counted, 1000u);
+  FakeSeries ms = store.get("valid_ms{}");
+  ASSERT_EQ(ms.values.size(), 1000u);
+  EXPECT_DOUBLE_EQ(ms.sum(), 499.5);  // sum of 0..999 ms in seconds
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::ingest

@@ -1,0 +1,108 @@
+#include "collector/ingest/statsd.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace bpftrain::collector::ingest {
+namespace {
+
+StatsdLine parseOk(std::string_view s) {
+  StatsdLine l;
+  auto err = parseStatsdLine(s, l);
+  EXPECT_FALSE(err.has_value()) << s << " -> " << decodeReasonName(*err);
+  return l;
+}
+
+DecodeReason parseErr(std::string_view s) {
+  StatsdLine l;
+  auto err = parseStatsdLine(s, l);
+  EXPECT_TRUE(err.has_value()) << s;
+  return err.value_or(DecodeReason::kCount);
+}
+
+TEST(StatsdParse, AllTypes) {
+  StatsdLine c = parseOk("requests:3|c");
+  EXPECT_EQ(c.name, "requests");
+  EXPECT_EQ(c.type, StatsdType::kCounter);
+  EXPECT_EQ(c.value, 3);
+  EXPECT_EQ(parseOk("temp:-4.5|g").type, StatsdType::kGauge);
+  EXPECT_EQ(parseOk("lat:12.5|ms").type, StatsdType::kTimerMs);
+  EXPECT_EQ(parseOk("size:100|h").type, StatsdType::kHistogram);
+  EXPECT_EQ(parseOk("size:100|d").type, StatsdType::kHistogram);
+  EXPECT_EQ(parseOk("x:1e3|g").value, 1000);
+}
+
+TEST(StatsdParse, RelativeGauges) {
+  EXPECT_TRUE(parseOk("g:+5|g").relative);
+  EXPECT_TRUE(parseOk("g:-5|g").relative);
+  EXPECT_EQ(parseOk("g:-5|g").value, -5);
+  EXPECT_FALSE(parseOk("g:5|g").relative);
+  EXPECT_FALSE(parseOk("t:-5|ms").relative);
+}
+
+TEST(StatsdParse, SampleRateAndTags) {
+  StatsdLine l = parseOk("a.b:2|c|@0.25|#env:prod,host:h-1");
+  EXPECT_DOUBLE_EQ(l.sample_rate, 0.25);
+  ASSERT_EQ(l.tag_count, 2u);
+  EXPECT_EQ(l.tags[0].name, "env");
+  EXPECT_EQ(l.tags[0].value, "prod");
+  EXPECT_EQ(l.tags[1].name, "host");
+  EXPECT_EQ(l.tags[1].value, "h-1");
+  EXPECT_EQ(l.tags_raw, "env:prod,host:h-1");
+  // Sections in either order, tag values may hold ':'.
+  StatsdLine m = parseOk("a:2|ms|#url:http://x|@0.5");
+  EXPECT_DOUBLE_EQ(m.sample_rate, 0.5);
+  ASSERT_EQ(m.tag_count, 1u);
+  EXPECT_EQ(m.tags[0].value, "http://x");
+  EXPECT_EQ(parseOk("a:1|c\r").value, 1);
+}
+
+TEST(StatsdParse, Malformed) {
+  EXPECT_EQ(parseErr("novalue"), DecodeReason::kBadLine);
+  EXPECT_EQ(parseErr(":1|c"), DecodeReason::kBadLine);
+  EXPECT_EQ(parseErr("a:1"), DecodeReason::kBadLine);
+  EXPECT_EQ(parseErr("a:1|s"), DecodeReason::kBadType);
+  EXPECT_EQ(parseErr("a:1|"), DecodeReason::kBadType);
+  EXPECT_EQ(parseErr("a:x|c"), DecodeReason::kBadValue);
+  EXPECT_EQ(parseErr("a:|c"), DecodeReason::kBadValue);
+  EXPECT_EQ(parseErr("a:1.5.3|g"), DecodeReason::kBadValue);
+  EXPECT_EQ(parseErr("a:-1|c"), DecodeReason::kBadValue);
+  EXPECT_EQ(parseErr("a:nan|g"), DecodeReason::kNonFinite);
+  EXPECT_EQ(parseErr("a:inf|ms"), DecodeReason::kNonFinite);
+  EXPECT_EQ(parseErr("a:1e999|g"), DecodeReason::kBadValue);  // out of range for a double
+  EXPECT_EQ(parseErr("a:1|c|@0"), DecodeReason::kBadSampleRate);
+  EXPECT_EQ(parseErr("a:1|c|@1.5"), DecodeReason::kBadSampleRate);
+  EXPECT_EQ(parseErr("a:1|c|@x"), DecodeReason::kBadSampleRate);
+  EXPECT_EQ(parseErr("a:1|c|#novalue"), DecodeReason::kBadTag);
+  EXPECT_EQ(parseErr("a:1|c|#:v"), DecodeReason::kBadTag);
+  EXPECT_EQ(parseErr("a:1|c|zzz"), DecodeReason::kBadLine);
+  EXPECT_EQ(parseErr(std::string(300, 'n') + ":1|c"), DecodeReason::kOversized);
+}
+
+TEST(StatsdParse, LabelFloodBounded) {
+  std::string line = "a:1|c|#";
+  for (size_t i = 0; i <= kMaxStatsdTags; ++i) line += "k" + std::to_string(i) + ":v,";
+  EXPECT_EQ(parseErr(line), DecodeReason::kLabelFlood);
+  EXPECT_EQ(parseErr("a:1|c|#k:" + std::string(kMaxStatsdTagValueLength + 1, 'v')),
+            DecodeReason::kLabelFlood);
+}
+
+std::string mapped(std::string_view raw) {
+  char buf[256];
+  size_t n = mapStatsdName(raw, buf, sizeof buf);
+  return std::string(buf, n);
+}
+
+TEST(StatsdName, StatsdExporterMapping) {
+  EXPECT_EQ(mapped("api.request-count"), "api_request_count");
+  EXPECT_EQ(mapped("Foo_Bar9"), "Foo_Bar9");
+  EXPECT_EQ(mapped("9lives"), "_9lives");
+  EXPECT_EQ(mapped("bad name"), "");   // invalid characters: rejected and counted
+  EXPECT_EQ(mapped("bad/name"), "");
+  EXPECT_EQ(mapped("caf\xc3\xa9"), "");
+  EXPECT_EQ(mapped(""), "");
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::ingest
