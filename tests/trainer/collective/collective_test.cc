@@ -1,7 +1,9 @@
 // Multi-rank tests of the Communicator: one thread per rank in this process (each with its own
 // Gloo device and contexts), or one child process per rank where a rank must die.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,14 +54,16 @@ CommOptions options(const std::string& store, int rank, int world) {
 }
 
 // Runs fn(rank, comm) on `world` threads; rethrows the first failure after joining.
-void runRanks(int world, const std::function<void(int, Communicator&)>& fn) {
+void runRanks(int world, const std::function<void(int, Communicator&)>& fn,
+              const std::string& store = "") {
   TempDir dir;
+  const std::string where = store.empty() ? dir.path() : store;
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(world);
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = Communicator::create(options(dir.path(), r, world));
+        auto comm = Communicator::create(options(where, r, world));
         fn(r, *comm);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -231,6 +235,74 @@ TEST(Collective, BadOptionsAreRejectedWithTheFix) {
     ADD_FAILURE() << "empty store accepted";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("--store"), std::string::npos);
+  }
+}
+
+// A free loopback TCP port for a server we start (bound and released: a small race we accept).
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+bool canConnect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+// Cross-host rendezvous goes through Gloo's RedisStore; tools/setup installs redis-server.
+TEST(Collective, RedisStoreRendezvous) {
+  const int port = freePort();
+  const pid_t server = fork();
+  ASSERT_GE(server, 0);
+  if (server == 0) {
+    const std::string p = std::to_string(port);
+    execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no", (char*)nullptr);
+    _exit(127);  // not installed: the parent's connect deadline reports it
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!canConnect(port) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);  // polling the server's port against a deadline
+  const bool up = canConnect(port);
+  if (up) {
+    EXPECT_NO_THROW(runRanks(
+        3,
+        [](int rank, Communicator& comm) {
+          std::vector<float> data(1001, float(rank + 1));
+          comm.allreduce(data, Topology::kHierarchical);
+          for (float x : data) ASSERT_EQ(x, 6.0f);
+        },
+        "127.0.0.1:" + std::to_string(port)));
+  }
+  kill(server, SIGTERM);
+  waitpid(server, nullptr, 0);
+  ASSERT_TRUE(up) << "redis-server did not start on port " << port
+                  << " (is it installed? tools/setup installs it)";
+}
+
+TEST(Collective, UnreachableRedisStoreSaysSo) {
+  CommOptions o;
+  o.world = 2;
+  o.store = "127.0.0.1:" + std::to_string(freePort());
+  try {
+    Communicator::create(o);
+    ADD_FAILURE() << "unreachable store accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot reach redis store " + o.store), std::string::npos)
+        << e.what();
   }
 }
 
