@@ -40,6 +40,12 @@ int BPF_PROG(on_migrate_task, struct task_struct *task, int dest_cpu) {
   __u32 to = (__u32)dest_cpu;
   if (from >= BPFTRAIN_MAX_CPUS || to >= BPFTRAIN_MAX_CPUS)
     return 0;
+  // The mask after an opaque barrier survives optimisation, so the verifier sees each index
+  // bounded right where it is used (clang folds the check above into one test of from|to).
+  barrier_var(from);
+  barrier_var(to);
+  from &= BPFTRAIN_MAX_CPUS - 1;
+  to &= BPFTRAIN_MAX_CPUS - 1;
   if (cpu_node[from] != cpu_node[to])
     c->scope[MIGRATION_NODE]++;
   else if (cpu_llc[from] != cpu_llc[to])

@@ -73,6 +73,8 @@ int BPF_PROG(on_tcp_probe, struct sock *sk) {
   s->slot = owner->slot;
   s->cwnd = tp->snd_cwnd;
   s->bytes_in_flight = tp->snd_nxt - tp->snd_una;
+  s->send_queue = tp->write_seq - tp->snd_una;
+  s->pad = 0;
   s->srtt_us = tp->srtt_us >> 3;
   bpf_ringbuf_submit(s, 0);
   return 0;

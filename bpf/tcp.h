@@ -10,9 +10,11 @@ struct tcp_counts {
 /* One ring buffer record per sampled tcp:tcp_probe. */
 struct tcp_sample {
   __u32 slot;
-  __u32 cwnd;         /* segments */
-  __u32 bytes_in_flight; /* snd_nxt - snd_una */
+  __u32 cwnd;            /* segments */
+  __u32 bytes_in_flight; /* snd_nxt - snd_una: sent, not yet acknowledged */
+  __u32 send_queue;      /* write_seq - snd_una: written by the application, not yet acknowledged */
   __u32 srtt_us;
+  __u32 pad;
 };
 
 /* Which target owns a socket; learned when the target sends on it (process context). */

@@ -18,7 +18,9 @@ BPFTRAIN_COUNTS_MAP(struct tlb_flush_counts);
 SEC("tp_btf/tlb_flush")
 int BPF_PROG(on_tlb_flush, int reason, unsigned long pages) {
   struct tlb_flush_counts *c = slotCounts(&counts, currentSlot());
-  if (c && reason >= 0 && reason < TLB_FLUSH_REASONS)
-    c->flushes[reason]++;
+  __u32 index = (__u32)reason;
+  barrier_var(index);  // keep the bound check on the index the verifier sees
+  if (c && index < TLB_FLUSH_REASONS)
+    c->flushes[index]++;
   return 0;
 }

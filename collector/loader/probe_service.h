@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ struct ProbeOptions {
   bool all_processes = false;        // --all
   std::vector<pid_t> pids;           // --pid (repeatable); job="manual", rank=pid's index
   std::vector<std::string> cgroups;  // --cgroup PATH (repeatable)
+  // Added by the loader (defaults are what the collector wants):
+  bool bpf_stats = true;                         // export probe run time (BPF_ENABLE_STATS)
+  uint64_t tcp_sample_interval_ns = 1'000'000;   // at most one queue-depth sample per socket per ms
+  uint64_t pmu_sample_period = 10'000;           // PMU events per BPF run (where a PMU exists)
 };
 
 struct ProbeStatus {
@@ -43,6 +48,8 @@ class ProbeService {
 
   // For --list-probes: tries each probe on this machine and reports, then detaches everything.
   static std::vector<ProbeStatus> listProbes();
+  // What a probe attaches to (tracepoint, PMU event, USDT), for --list-probes; "" if unknown.
+  static std::string describe(const std::string& probe);
 };
 
 }  // namespace bpftrain::collector::loader

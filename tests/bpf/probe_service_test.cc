@@ -1,0 +1,373 @@
+// Known-answer tests of the BPF probes through ProbeService + the real SeriesStore: each test
+// runs a generated workload in a child process that is (or is not) a target and checks the
+// counters the loader recorded. Root only (CAP_BPF/CAP_PERFMON); label bpf.
+#include "collector/loader/probe_service.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "collector/ingest/sender_registry.h"
+#include "collector/window/series_store.h"
+#include "tests/bpf/workloads.h"
+
+namespace bpftrain::collector::loader {
+namespace {
+
+using namespace std::chrono_literals;
+using tests::bpf::Child;
+using LabelMap = std::map<std::string, std::string>;
+
+int64_t nowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
+
+bool matches(const window::SeriesSnapshot& s, const std::string& name, const LabelMap& want) {
+  if (s.name != name) return false;
+  for (const auto& [k, v] : want) {
+    auto it = std::find_if(s.labels.begin(), s.labels.end(), [&](auto& l) { return l.first == k; });
+    if (it == s.labels.end() || it->second != v) return false;
+  }
+  return true;
+}
+
+class ProbeServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (CAP_BPF + CAP_PERFMON) to load BPF programs";
+    window::WindowConfig config;
+    config.window = 60s;  // nothing leaves the window during a test
+    config.step = 1s;
+    store_ = window::SeriesStore::create(config);
+  }
+
+  std::unique_ptr<ProbeService> start(ProbeOptions options) {
+    std::string error;
+    auto service = ProbeService::create(options, *store_, 0, error);
+    EXPECT_NE(service, nullptr) << error;
+    if (service) service->poll(registry_, nowNs());  // sync targets before the workload runs
+    return service;
+  }
+
+  double total(const std::string& name, const LabelMap& labels) const {
+    double sum = 0;
+    for (const auto& s : store_->snapshot(nowNs()))
+      if (matches(s, name, labels)) sum += s.kind == window::SeriesKind::kGauge ? s.last : s.total;
+    return sum;
+  }
+
+  window::SeriesSnapshot series(const std::string& name, const LabelMap& labels) const {
+    for (auto& s : store_->snapshot(nowNs()))
+      if (matches(s, name, labels)) return s;
+    return {};
+  }
+
+  static double quantile(const window::SeriesSnapshot& s, double q) {
+    for (const auto& [qq, v] : s.quantiles)
+      if (qq == q) return v;
+    return -1;
+  }
+
+  const ProbeStatus* statusOf(const std::vector<ProbeStatus>& all, const std::string& name) {
+    for (const auto& s : all)
+      if (s.name == name) return &s;
+    return nullptr;
+  }
+
+  std::unique_ptr<window::SeriesStore> store_;
+  ingest::SenderRegistry registry_;
+};
+
+TEST_F(ProbeServiceTest, MigrationsCountTargetOnlyWithinTolerance) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 online CPUs to migrate";
+  constexpr int64_t kMoves = 200;
+  auto pin0 = [] { tests::bpf::pinSelf(0); };
+  auto work = [] { return tests::bpf::migrateSelf(kMoves); };
+  Child target(pin0, work), bystander(pin0, work);
+  ASSERT_TRUE(target.ready(5s) && bystander.ready(5s));
+  ProbeOptions options;
+  options.pids = {target.pid()};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  target.go();
+  bystander.go();
+  int64_t moved = 0, bystander_moved = 0;
+  ASSERT_TRUE(target.result(moved, 20s));
+  ASSERT_TRUE(bystander.result(bystander_moved, 20s));
+  ASSERT_EQ(moved, kMoves);
+  ASSERT_EQ(bystander_moved, kMoves);
+  service->poll(registry_, nowNs());
+  // Each forced move is exactly one sched_migrate_task; the child is pinned throughout, so the
+  // only slack is a migration while it exits. Tolerance: [K, K + 2].
+  const double target_moves = total("bpftrain_migrations", {{"job", "manual"}, {"rank", "0"}});
+  EXPECT_GE(target_moves, kMoves);
+  EXPECT_LE(target_moves, kMoves + 2);
+  // The bystander moved K times too and must add nothing anywhere.
+  EXPECT_EQ(total("bpftrain_migrations", {}), target_moves);
+  // Two CPUs sharing an LLC on one node: every move is a plain cross-CPU one.
+  std::printf("migrations: cpu=%.0f llc=%.0f node=%.0f\n",
+              total("bpftrain_migrations", {{"scope", "cpu"}}),
+              total("bpftrain_migrations", {{"scope", "llc"}}),
+              total("bpftrain_migrations", {{"scope", "node"}}));
+}
+
+TEST_F(ProbeServiceTest, FreshPagesFaultAtLeastOnceEach) {
+  constexpr int64_t kPages = 5000;
+  Child target([] {}, [] { return tests::bpf::touchFreshPages(kPages); });
+  ASSERT_TRUE(target.ready(5s));
+  ProbeOptions options;
+  options.pids = {target.pid()};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  target.go();
+  int64_t touched = 0;
+  ASSERT_TRUE(target.result(touched, 20s));
+  service->poll(registry_, nowNs());
+  EXPECT_GE(total("bpftrain_page_faults", {{"job", "manual"}, {"rank", "0"}}), kPages);
+  // bpf_stats: the probe's run count covers at least those events, with a run time.
+  EXPECT_GE(total("bpftrain_probe_events", {{"probe", "page_faults"}}), kPages);
+  EXPECT_GT(total("bpftrain_probe_run_seconds", {{"probe", "page_faults"}}), 0);
+}
+
+TEST_F(ProbeServiceTest, HugePageRegionCountsThpFaults) {
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode((std::istreambuf_iterator<char>(mode_file)), {});
+  if (mode.find("[never]") != std::string::npos || mode.empty())
+    GTEST_SKIP() << "transparent huge pages disabled on this kernel: " << mode;
+  Child target([] {}, [] { return tests::bpf::touchHugePages(8); });
+  ASSERT_TRUE(target.ready(5s));
+  ProbeOptions options;
+  options.pids = {target.pid()};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  target.go();
+  int64_t huge = 0;
+  ASSERT_TRUE(target.result(huge, 20s));
+  service->poll(registry_, nowNs());
+  std::printf("huge pages given by the kernel: %ld\n", static_cast<long>(huge));
+  ASSERT_GT(huge, 0) << "kernel gave no huge page to a MADV_HUGEPAGE region (fragmented memory?)";
+  EXPECT_GE(total("bpftrain_thp_faults", {{"job", "manual"}, {"rank", "0"}}), huge);
+}
+
+TEST_F(ProbeServiceTest, MunmapInMultithreadedProcessCountsShootdowns) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 online CPUs for a shootdown";
+  constexpr int64_t kRounds = 2000;
+  Child target([] {}, [] { return tests::bpf::tlbShootdowns(kRounds); });
+  ASSERT_TRUE(target.ready(5s));
+  ProbeOptions options;
+  options.pids = {target.pid()};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  target.go();
+  int64_t rounds = 0;
+  ASSERT_TRUE(target.result(rounds, 30s));
+  service->poll(registry_, nowNs());
+  for (const auto& s : store_->snapshot(nowNs()))
+    if (s.name == "bpftrain_tlb_flushes")
+      for (const auto& [k, v] : s.labels)
+        if (k == "reason") std::printf("tlb_flushes{reason=%s} %.0f\n", v.c_str(), s.total);
+  const LabelMap who = {{"job", "manual"}, {"rank", "0"}};
+  auto with = [&](const char* reason) {
+    LabelMap m = who;
+    m["reason"] = reason;
+    return total("bpftrain_tlb_flushes", m);
+  };
+  // Measured on the 2-vCPU VM: each mprotect and each munmap is one local_mm_shootdown on the
+  // caller (deterministic: 2 per round). While the spinner holds the other CPU each also sends an
+  // IPI (remote_send_ipi) that the spinner's CPU answers (remote_shootdown): 2 per round on an
+  // idle host, fewer when the shared host preempts the spinner, so only their presence is exact.
+  EXPECT_GE(with("local_mm_shootdown"), 2 * rounds);
+  EXPECT_GT(with("remote_send_ipi"), 0);
+  EXPECT_GT(with("remote_shootdown"), 0);
+}
+
+// A loopback listener in this process (not a target); the sender child is the target.
+struct Listener {
+  Listener(int rcvbuf) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd, 1);
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+  }
+  ~Listener() { close(fd); }
+  // Reads everything; a slow reader takes 16 KiB per 2 ms (pacing a workload, not waiting on it).
+  int64_t drain(bool slow) const {
+    const int conn = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) return 0;
+    std::vector<char> buf(slow ? 16 << 10 : 1 << 20);
+    int64_t got = 0;
+    for (;;) {
+      const ssize_t n = read(conn, buf.data(), buf.size());
+      if (n <= 0) break;
+      got += n;
+      if (slow) std::this_thread::sleep_for(2ms);
+    }
+    close(conn);
+    return got;
+  }
+  int fd = -1;
+  uint16_t port = 0;
+};
+
+TEST_F(ProbeServiceTest, SlowReaderQueueDepthClearlyAboveFastReader) {
+  // The same application-limited sender (64 KiB per ms, ~64 MB/s) into a reader that keeps up
+  // and into one that takes 8 MB/s: the slow reader's socket queues up to the send buffer.
+  constexpr int64_t kFastBytes = 16 << 20, kSlowBytes = 6 << 20;
+  constexpr auto kPace = std::chrono::microseconds(1000);
+  Listener fast_listener(0), slow_listener(64 << 10);
+  const uint16_t fast_port = fast_listener.port, slow_port = slow_listener.port;
+  Child fast([] {}, [=] { return tests::bpf::tcpSend(fast_port, kFastBytes, kPace); });
+  Child slow([] {}, [=] { return tests::bpf::tcpSend(slow_port, kSlowBytes, kPace); });
+  ASSERT_TRUE(fast.ready(5s) && slow.ready(5s));
+  ProbeOptions options;
+  options.pids = {fast.pid(), slow.pid()};  // rank 0 fast, rank 1 slow
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  int64_t sent = 0;
+  fast.go();
+  EXPECT_EQ(fast_listener.drain(false), kFastBytes);
+  ASSERT_TRUE(fast.result(sent, 30s));
+  slow.go();
+  EXPECT_EQ(slow_listener.drain(true), kSlowBytes);
+  ASSERT_TRUE(slow.result(sent, 30s));
+  service->poll(registry_, nowNs());
+  auto get = [&](const char* metric, const char* rank) {
+    return series(metric, {{"job", "manual"}, {"rank", rank}, {"transport", "tcp"}});
+  };
+  const auto fast_depth = get("bpftrain_transport_queue_depth", "0");
+  const auto slow_depth = get("bpftrain_transport_queue_depth", "1");
+  const auto fast_inflight = get("bpftrain_transport_inflight_bytes", "0");
+  const auto slow_inflight = get("bpftrain_transport_inflight_bytes", "1");
+  const auto slow_rtt = get("bpftrain_transport_rtt_seconds", "1");
+  std::printf("fast: %lu samples queue depth p50 %.0f p90 %.0f in flight p50 %.0f p90 %.0f\n",
+              static_cast<unsigned long>(fast_depth.count), quantile(fast_depth, 0.5),
+              quantile(fast_depth, 0.9), quantile(fast_inflight, 0.5), quantile(fast_inflight, 0.9));
+  std::printf("slow: %lu samples queue depth p50 %.0f p90 %.0f in flight p50 %.0f p90 %.0f rtt p50 %.6f\n",
+              static_cast<unsigned long>(slow_depth.count), quantile(slow_depth, 0.5),
+              quantile(slow_depth, 0.9), quantile(slow_inflight, 0.5), quantile(slow_inflight, 0.9),
+              quantile(slow_rtt, 0.5));
+  ASSERT_GT(fast_depth.count, 10u);
+  ASSERT_GT(slow_depth.count, 10u);
+  // Measured: fast p50 64 KiB (one write in flight), slow p50 ~3 MiB (the send buffer fills).
+  EXPECT_GT(quantile(slow_depth, 0.5), 10 * quantile(fast_depth, 0.5));
+  EXPECT_GT(quantile(slow_depth, 0.5), 1 << 20);
+  EXPECT_GT(quantile(slow_rtt, 0.5), 0);
+  EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "tcp"}}), 0);
+}
+
+TEST_F(ProbeServiceTest, UsdtEventsCountedExactly) {
+  constexpr int kEvents = 1000;
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    execl(BPFTRAIN_USDT_FIRE, BPFTRAIN_USDT_FIRE, std::to_string(kEvents).c_str(), "--wait-stdin",
+          nullptr);
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  char line[64] = {};
+  ASSERT_GT(read(from_child[0], line, sizeof(line) - 1), 0) << "usdt-fire did not start";
+  ProbeOptions options;
+  options.pids = {pid};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  ASSERT_EQ(write(to_child[1], "go\n", 3), 3);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(to_child[1]);
+  close(from_child[0]);
+  service->poll(registry_, nowNs());
+  const LabelMap who = {{"job", "manual"}, {"rank", "0"}};
+  LabelMap post = who, complete = who;
+  post["event"] = "post";
+  complete["event"] = "complete";
+  EXPECT_EQ(total("bpftrain_rdma_qp_events", post), kEvents);
+  EXPECT_EQ(total("bpftrain_rdma_qp_events", complete), kEvents);
+  LabelMap rdma = who;
+  rdma["transport"] = "rdma";
+  const auto depth = series("bpftrain_transport_queue_depth", rdma);
+  EXPECT_EQ(depth.count, 2u * kEvents);
+  EXPECT_EQ(depth.max, kEvents);
+  EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "rdma_usdt"}}), 0);
+}
+
+TEST_F(ProbeServiceTest, PmuProbeDownWithReasonOthersHealthy) {
+  ProbeOptions options;
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  const auto all = service->status();
+  const ProbeStatus* dtlb = statusOf(all, "dtlb_misses");
+  ASSERT_NE(dtlb, nullptr);
+  // perf hardware events decide: a machine with a PMU must attach, one without must say why.
+  const bool has_pmu = [] {
+    std::ifstream f("/sys/bus/event_source/devices/cpu/type");
+    return f.good();
+  }();
+  if (has_pmu) {
+    EXPECT_TRUE(dtlb->up) << dtlb->reason;
+  } else {
+    EXPECT_FALSE(dtlb->up);
+    EXPECT_NE(dtlb->reason.find("PMU"), std::string::npos) << dtlb->reason;
+    EXPECT_EQ(total("bpftrain_probe_up", {{"probe", "dtlb_misses"}}), 0);
+  }
+  for (const char* healthy : {"migrations", "page_faults", "tlb_flush", "page_migrations", "tcp",
+                              "rdma_usdt", "numa_moves", "thp_faults"}) {
+    const ProbeStatus* s = statusOf(all, healthy);
+    ASSERT_NE(s, nullptr) << healthy;
+    EXPECT_TRUE(s->up) << healthy << ": " << s->reason;
+    EXPECT_EQ(total("bpftrain_probe_up", {{"probe", healthy}}), 1) << healthy;
+  }
+  const ProbeStatus* hint = statusOf(all, "numa_hint_faults");
+  ASSERT_NE(hint, nullptr);
+  EXPECT_FALSE(hint->up);
+  EXPECT_FALSE(hint->reason.empty());
+}
+
+TEST_F(ProbeServiceTest, UnprivilegedCreateNamesCapabilityAndNoBpf) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    if (syscall(SYS_capset, &header, data) != 0) _exit(3);
+    std::string error;
+    auto service = ProbeService::create(ProbeOptions{}, *store_, 0, error);
+    const bool ok = service == nullptr && error.find("CAP_BPF") != std::string::npos &&
+                    error.find("--no-bpf") != std::string::npos;
+    if (!ok) std::fprintf(stderr, "unexpected: %s\n", error.c_str());
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::loader
