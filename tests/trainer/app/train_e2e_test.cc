@@ -1,0 +1,391 @@
+// End-to-end runs of bpftrain-train: accuracy, bit-identical ranks across live switches,
+// checkpoint + resume, the launcher's failure handling, telemetry, signed control, bad input.
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "common/hmac.h"
+#include "common/training_config.h"
+#include "common/wire_format.h"
+#include "tests/trainer/app/subprocess.h"
+
+namespace bpftrain::trainer {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Subprocess;
+namespace fs = std::filesystem;
+
+const std::string kTrain = BPFTRAIN_TRAIN_BINARY;
+using bpftrain::PinMode;
+using bpftrain::Topology;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/bpftrain-e2e-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<std::string> cmd(std::vector<std::string> args) {
+  args.insert(args.begin(), kTrain);
+  return args;
+}
+
+// rank -> params hash from the "final ..." lines.
+std::map<int, std::string> finalHashes(const std::string& out) {
+  std::map<int, std::string> h;
+  std::regex re(R"(rank (\d+): final step \d+ .* params_hash (0x[0-9a-f]+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it)
+    h[std::stoi((*it)[1])] = (*it)[2];
+  return h;
+}
+
+double finalAccuracy(const std::string& out) {
+  std::smatch m;
+  std::regex re(R"(rank 0: final step \d+ loss [0-9.]+ test_accuracy ([0-9.]+))");
+  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+}
+
+// rank -> (epoch -> step) from "applied epoch E at step S" lines.
+std::map<int, std::map<uint64_t, uint64_t>> appliedSteps(const std::string& out) {
+  std::map<int, std::map<uint64_t, uint64_t>> a;
+  std::regex re(R"(rank (\d+): applied epoch (\d+) at step (\d+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it)
+    a[std::stoi((*it)[1])][std::stoull((*it)[2])] = std::stoull((*it)[3]);
+  return a;
+}
+
+TEST(TrainE2E, DefaultRunReachesTestAccuracy) {
+  Subprocess p(cmd({"--collector", "none"}));
+  ASSERT_EQ(p.exitCode(60s), 0) << p.err;
+  EXPECT_GE(finalAccuracy(p.out), 0.95) << p.out;
+}
+
+TEST(TrainE2E, RanksStayBitIdenticalAcrossRandomTopologyAndPinningSwitches) {
+  Subprocess p(cmd({"--ranks", "4", "--steps", "200", "--switch-every", "5", "--switch-seed", "11",
+                    "--node-of", "0,0,1,1", "--collector", "none"}));
+  ASSERT_EQ(p.exitCode(90s), 0) << p.err;
+  auto hashes = finalHashes(p.out);
+  ASSERT_EQ(hashes.size(), 4u) << p.out;
+  for (auto& [rank, h] : hashes) EXPECT_EQ(h, hashes[0]) << "rank " << rank;
+  auto applied = appliedSteps(p.out);
+  ASSERT_EQ(applied.size(), 4u);
+  EXPECT_EQ(applied[0].size(), 39u);  // a switch every 5 steps from step 5 to 195
+  std::set<std::string> topologies;
+  std::regex re(R"(rank 0: applied epoch \d+ at step \d+: topology (\S+) pinning (\S+))");
+  for (std::sregex_iterator it(p.out.begin(), p.out.end(), re), end; it != end; ++it)
+    topologies.insert((*it)[1]);
+  EXPECT_EQ(topologies.size(), 4u) << "all four topologies should have been drawn";
+  // Every rank applied every epoch at the same step.
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(applied[r], applied[0]) << "rank " << r;
+}
+
+TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
+  const std::vector<std::string> common{"--ranks", "2", "--switch-every", "7", "--switch-seed",
+                                        "5", "--collector", "none", "--quiet"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return cmd(a);
+  };
+  Subprocess whole(with({"--steps", "120"}));
+  ASSERT_EQ(whole.exitCode(60s), 0) << whole.err;
+  std::string expected = finalHashes(whole.out)[0];
+  ASSERT_FALSE(expected.empty());
+
+  TempDir dir;
+  Subprocess first(with({"--steps", "80", "--checkpoint", dir.path(), "--checkpoint-every", "20"}));
+  ASSERT_EQ(first.exitCode(60s), 0) << first.err;
+  Subprocess resumed(with({"--steps", "120", "--checkpoint", dir.path(), "--checkpoint-every", "20", "--resume"}));
+  ASSERT_EQ(resumed.exitCode(60s), 0) << resumed.err;
+  auto h = finalHashes(resumed.out);
+  EXPECT_EQ(h[0], expected);
+  EXPECT_EQ(h[1], expected);
+
+  // Corrupt the newest checkpoint (step 120 was written by the resumed run): resume skips it.
+  std::string newest = dir.path() + "/ckpt-00000000000000000120.bin";
+  ASSERT_TRUE(fs::exists(newest));
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x55');
+  }
+  // And tear the one before it, as a crash mid-write would.
+  fs::resize_file(dir.path() + "/ckpt-00000000000000000100.bin", 4096);
+  Subprocess again(with({"--steps", "120", "--checkpoint", dir.path(), "--checkpoint-every", "20", "--resume"}));
+  ASSERT_EQ(again.exitCode(60s), 0) << again.err;
+  EXPECT_NE(again.err.find("skipping checkpoint"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("CRC32 mismatch"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("torn"), std::string::npos) << again.err;
+  EXPECT_EQ(finalHashes(again.out)[0], expected);
+}
+
+TEST(TrainE2E, KilledRankMakesLauncherStopOthersAndNameIt) {
+  Subprocess p(cmd({"--ranks", "3", "--steps", "100000000", "--model", "mlp:128x2",
+                    "--collector", "none", "--timeout", "10", "--eval-every", "0"}));
+  ASSERT_TRUE(p.readUntil([&] { return finalHashes(p.out).empty() &&
+                                       std::regex_search(p.out, std::regex("rank 2: world 3")) &&
+                                       std::regex_search(p.out, std::regex("rank 0: world 3")) &&
+                                       std::regex_search(p.out, std::regex("rank 1: world 3")); },
+                          60s))
+      << p.out << p.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(launcher: rank 1 pid (\d+))")));
+  pid_t victim = std::stoi(m[1]);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  int code = p.exitCode(30s);
+  EXPECT_EQ(code, 1) << p.err;
+  EXPECT_NE(p.err.find("rank 1 (pid " + std::to_string(victim) + ") killed by signal 9"),
+            std::string::npos)
+      << p.err;
+  EXPECT_NE(p.err.find("failed: rank 1"), std::string::npos) << p.err;
+  // The others were stopped within the launcher's stop timeout (10 s) plus slack.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 25s);
+}
+
+TEST(TrainE2E, LauncherForwardsSigterm) {
+  Subprocess p(cmd({"--ranks", "2", "--steps", "100000000", "--collector", "none",
+                    "--eval-every", "0"}));
+  ASSERT_TRUE(p.waitFor("rank 1: world 2", 60s)) << p.err;
+  ASSERT_TRUE(p.waitFor("rank 0: world 2", 60s)) << p.err;
+  kill(p.pid(), SIGTERM);
+  EXPECT_EQ(p.exitCode(30s), 128 + SIGTERM) << p.err;
+}
+
+// A collector stand-in on an ephemeral port.
+class UdpSink {
+ public:
+  UdpSink() {
+    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    int big = 4 << 20;
+    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    socklen_t len = sizeof(a);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~UdpSink() { close(fd_); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void drain() {
+    uint8_t buf[65536];
+    ssize_t n;
+    while ((n = recv(fd_, buf, sizeof(buf), 0)) > 0) {
+      std::span<const uint8_t> d(buf, size_t(n));
+      wire::FrameView f;
+      while (!d.empty() && wire::nextFrame(d, f) == wire::DecodeError::kNone) {
+        if (f.header.kind == wire::FrameKind::kHello) {
+          wire::HelloView h;
+          if (wire::decodeHello(f, h) == wire::DecodeError::kNone) {
+            hello_ranks.insert(h.rank);
+            tids[h.rank] = h.tidCount();
+            sender_rank[f.header.sender_id] = h.rank;
+          }
+        } else if (f.header.kind == wire::FrameKind::kSamples) {
+          wire::SamplesView s;
+          if (wire::decodeSamples(f, s) != wire::DecodeError::kNone) continue;
+          for (size_t i = 0; i < s.size(); ++i) {
+            ++counts[s[i].metric];
+            last[{f.header.sender_id, s[i].metric}] = s[i].value;
+          }
+        }
+      }
+    }
+  }
+  std::set<uint32_t> hello_ranks;
+  std::map<uint32_t, size_t> tids;
+  std::map<uint64_t, uint32_t> sender_rank;
+  std::map<wire::MetricId, int> counts;
+  std::map<std::pair<uint64_t, wire::MetricId>, double> last;
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+TEST(TrainE2E, TelemetryFramesDecodeAtTheCollector) {
+  UdpSink sink;
+  Subprocess p(cmd({"--ranks", "2", "--steps", "400", "--collector", sink.address(),
+                    "--metrics-hz", "50", "--job", "e2e", "--eval-every", "100"}));
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  std::optional<int> code;
+  while (!code && std::chrono::steady_clock::now() < deadline) {
+    sink.drain();
+    code = p.wait(50ms);
+  }
+  sink.drain();
+  ASSERT_TRUE(code);
+  ASSERT_EQ(*code, 0) << p.err;
+  using wire::MetricId;
+  EXPECT_EQ(sink.hello_ranks, (std::set<uint32_t>{0, 1}));
+  EXPECT_GE(sink.tids[0], 2u);  // main + Gloo + emitter threads at least
+  for (MetricId id : {MetricId::kStepSeconds, MetricId::kAllreduceSeconds, MetricId::kAllreduceBytes,
+                      MetricId::kAllreduceBusbwBytesPerSecond, MetricId::kSamplesPerSecond,
+                      MetricId::kLoss, MetricId::kTopology, MetricId::kPinning,
+                      MetricId::kConfigEpoch, MetricId::kStep, MetricId::kCheckpointActive,
+                      MetricId::kAnonHugePagesBytes, MetricId::kTelemetryDropped})
+    EXPECT_GT(sink.counts[id], 0) << wire::metricInfo(id).name;
+  EXPECT_GT(sink.counts[MetricId::kAccuracy], 0);
+  EXPECT_EQ(sink.counts[MetricId::kStepSeconds], 2 * 400);  // every step of both ranks
+  for (auto& [sender, rank] : sink.sender_rank)
+    EXPECT_EQ((sink.last[{sender, MetricId::kStep}]), 400) << "rank " << rank;
+}
+
+std::vector<uint8_t> signedDecision(const std::string& job, uint64_t epoch, Topology t, PinMode p,
+                                    const std::string& secret) {
+  wire::Control c;
+  c.job = job;
+  c.epoch = epoch;
+  c.topology = uint8_t(t);
+  c.pinning = uint8_t(p);
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  c.timestamp_ns = uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+  uint8_t signing[512];
+  size_t n = wire::controlSigningBytes(signing, c);
+  c.mac = hmacSha256(std::span(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
+                     std::span<const uint8_t>(signing, n));
+  std::vector<uint8_t> out(wire::kMaxFrameSize);
+  out.resize(wire::encodeControl(out, 1, uint32_t(epoch), c));
+  return out;
+}
+
+void sendTo(uint16_t port, const std::vector<uint8_t>& d) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  close(fd);
+}
+
+TEST(TrainE2E, SignedDecisionSwitchesEveryRankAtTheSameStepForgedAndReplayedAreRejected) {
+  TempDir dir;
+  const std::string secret = "e2e-shared-secret";
+  std::string secret_file = dir.path() + "/secret";
+  std::ofstream(secret_file) << secret;
+  chmod(secret_file.c_str(), 0600);
+  UdpSink sink;
+  Subprocess p(cmd({"--ranks", "3", "--steps", "100000000", "--adaptive", "--secret", secret_file,
+                    "--control", "127.0.0.1:0", "--job", "adapt", "--collector", sink.address(),
+                    "--metrics-hz", "50", "--eval-every", "0"}));
+  ASSERT_TRUE(p.waitFor("control listening on", 60s)) << p.err;
+  std::smatch m;
+  ASSERT_TRUE(p.readUntil([&] {
+    return std::regex_search(p.out, m, std::regex(R"(control listening on \S+ \(port (\d+)\))"));
+  }, 5s));
+  uint16_t port = uint16_t(std::stoi(m[1]));
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(p.waitFor("rank " + std::to_string(r) + ": world 3", 60s));
+
+  sendTo(port, signedDecision("adapt", 1, Topology::kBcube, PinMode::kSpread, "forged-key"));
+  ASSERT_TRUE(p.waitFor("bad_mac (1 so far)", 30s)) << p.err;
+  auto good = signedDecision("adapt", 1, Topology::kHalvingDoubling, PinMode::kCompact, secret);
+  sendTo(port, good);
+  ASSERT_TRUE(p.readUntil([&] { return appliedSteps(p.out).size() == 3; }, 30s)) << p.out;
+  sendTo(port, good);  // a replay
+  ASSERT_TRUE(p.waitFor("replay (1 so far)", 30s)) << p.err;
+  sendTo(port, signedDecision("adapt", 1, Topology::kBcube, PinMode::kNone, secret));  // stale
+  ASSERT_TRUE(p.waitFor("stale_epoch (1 so far)", 30s)) << p.err;
+
+  auto applied = appliedSteps(p.out);
+  uint64_t step = applied[0][1];
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(applied[r].size(), 1u) << "rank " << r;
+    EXPECT_EQ(applied[r][1], step) << "rank " << r;
+    EXPECT_TRUE(std::regex_search(
+        p.out, std::regex("rank " + std::to_string(r) +
+                          ": applied epoch 1 at step \\d+: topology halving-doubling pinning compact")));
+  }
+  // The applied epoch reaches telemetry from every rank.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  auto epochsSeen = [&] {
+    int n = 0;
+    for (auto& [sender, rank] : sink.sender_rank)
+      n += sink.last[{sender, wire::MetricId::kConfigEpoch}] == 1;
+    return n;
+  };
+  while (epochsSeen() < 3 && std::chrono::steady_clock::now() < deadline) {
+    sink.drain();
+    usleep(20000);
+  }
+  EXPECT_EQ(epochsSeen(), 3);
+  kill(p.pid(), SIGTERM);
+  EXPECT_EQ(p.exitCode(30s), 128 + SIGTERM);
+}
+
+TEST(TrainE2E, BadInputGetsOneClearLineAndExit2) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string needle;
+  };
+  std::vector<Case> cases{
+      {{"--bogus"}, "unknown flag --bogus"},
+      {{"--rank", "4", "--world", "4", "--store", "/tmp"}, "--rank 4 is not in 0..3"},
+      {{"--rank", "1"}, "--rank and --world go together"},
+      {{"--ranks", "2", "--rank", "0", "--world", "2"}, "either --ranks N or --rank R --world N"},
+      {{"--rank", "0", "--world", "2"}, "needs a rendezvous store"},
+      {{"--topology", "star"}, "expected ring, halving-doubling, bcube or hierarchical"},
+      {{"--pin", "tight"}, "expected none, compact, spread or numa"},
+      {{"--model", "mlp:big"}, "mlp:WIDTHxDEPTH"},
+      {{"--metrics-hz", "1000"}, "--metrics-hz 1000"},
+      {{"--adaptive"}, "--adaptive needs --secret FILE"},
+      {{"--resume"}, "--resume needs --checkpoint DIR"},
+      {{"--ranks", "2", "--netns", "a"}, "--netns lists 1 namespaces for --ranks 2"},
+      {{"--hugepages", "maybe"}, "expected on or off"},
+  };
+  for (const Case& c : cases) {
+    Subprocess p(cmd(c.args));
+    EXPECT_EQ(p.exitCode(10s), 2) << c.needle;
+    EXPECT_NE(p.err.find(c.needle), std::string::npos) << p.err;
+    EXPECT_EQ(std::count(p.err.begin(), p.err.end(), '\n'), 1) << p.err;
+  }
+}
+
+TEST(TrainE2E, WorldSizeFromMpirunEnvironment) {
+  // mpirun sets OMPI_COMM_WORLD_*; without a store, the message says where to put one.
+  std::vector<std::string> args = cmd({});
+  Subprocess p({"/usr/bin/env", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", kTrain});
+  EXPECT_EQ(p.exitCode(10s), 2);
+  EXPECT_NE(p.err.find("rank 1 of 2 needs a rendezvous store"), std::string::npos) << p.err;
+}
+
+TEST(TrainE2E, MissingDataFileNamesSetup) {
+  Subprocess p(cmd({"--data", "/nonexistent/digits.csv.gz", "--collector", "none"}));
+  EXPECT_EQ(p.exitCode(30s), 1);
+  EXPECT_NE(p.err.find("tools/setup"), std::string::npos) << p.err;
+}
+
+TEST(TrainE2E, UnreachablePeerTimesOutWithAClearMessage) {
+  TempDir store;
+  auto t0 = std::chrono::steady_clock::now();
+  Subprocess p(cmd({"--rank", "0", "--world", "2", "--store", store.path(), "--timeout", "2",
+                    "--collector", "none"}));
+  EXPECT_EQ(p.exitCode(30s), 1);
+  EXPECT_NE(p.err.find("rank 0: error:"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("did not join"), std::string::npos) << p.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+}
+
+}  // namespace
+}  // namespace bpftrain::trainer
