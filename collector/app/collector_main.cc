@@ -26,7 +26,8 @@
 #include "collector/loader/probe_service.h"
 #endif
 #ifdef BPFTRAIN_HAVE_UPSTREAM
-#include "collector/upstream/upstream.h"
+#include "collector/upstream/forwarder.h"
+#include "collector/upstream/summary_codec.h"
 #endif
 
 namespace bpftrain::collector::app {
@@ -91,7 +92,9 @@ int run(int argc, char** argv) {
   io.threads = cfg.ingest_threads;
   io.rcvbuf_bytes = int(cfg.rcvbuf_bytes);
 #ifdef BPFTRAIN_HAVE_UPSTREAM
-  io.dispatch.summary = upstream::applySummary;  // this collector can be a parent
+  // Any collector can be a parent: children's window summaries merge into this store.
+  io.dispatch.summary = [](const wire::FrameView& f, window::SeriesStore& s, int writer,
+                           int64_t now) { return upstream::applySummary(f, s, writer, now); };
 #endif
   auto udp = ingest::UdpIngest::start(io, *store, registry, error);
   if (!udp) {
@@ -151,24 +154,33 @@ int run(int argc, char** argv) {
 #endif
 
 #ifdef BPFTRAIN_HAVE_UPSTREAM
-  std::unique_ptr<upstream::Forwarder> forwarder;
+  // The forwarder runs its own thread, sending each step once it has ended.
+  std::unique_ptr<upstream::UpstreamForwarder> forwarder;
+  std::shared_ptr<prometheus::Collectable> forwarder_metrics;
   auto startUpstream = [&](const std::optional<HostPort>& to) {
+    if (forwarder) forwarder->stop();
+    if (forwarder_metrics) metrics->remove(forwarder_metrics);
     forwarder.reset();
+    forwarder_metrics.reset();
     health.upstream_enabled = 0;
     if (!to) return;
     std::string err;
-    forwarder = upstream::Forwarder::create(to->host, to->port, err);
+    upstream::UpstreamOptions uo;
+    uo.target = to->str();
+    forwarder = upstream::UpstreamForwarder::create(*store, uo, err);
     if (!forwarder) {
-      logf(LogLevel::kError, "upstream", "--upstream %s: %s", to->str().c_str(), err.c_str());
+      logf(LogLevel::kError, "upstream", "--upstream %s: %s; not forwarding "
+           "(bpftrain_collector_feature_enabled{feature=\"upstream\"} = 0)", to->str().c_str(),
+           err.c_str());
       return;
     }
+    forwarder_metrics = forwarder->collectable();
+    metrics->add(forwarder_metrics);
+    forwarder->start();
     health.upstream_enabled = 1;
     logf(LogLevel::kInfo, "upstream", "forwarding window summaries to %s", to->str().c_str());
   };
   startUpstream(cfg.upstream);
-  listeners.push_back({"upstream", [&](int64_t now) {
-                         if (forwarder) forwarder->forwardStep(*store, now);
-                       }});
 #else
   if (cfg.upstream) {
     logf(LogLevel::kWarn, "upstream", "built without collector/upstream: --upstream ignored");
@@ -259,6 +271,9 @@ int run(int argc, char** argv) {
   }
 
   listeners.clear();
+#ifdef BPFTRAIN_HAVE_UPSTREAM
+  if (forwarder) forwarder->stop();
+#endif
   udp->stop();  // joins the ingest threads, then the sockets close with *udp
   logf(LogLevel::kInfo, kLog, "stopped");
   return 0;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace bpftrain::collector::app {
@@ -249,6 +250,7 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
     out.config_path = path;
     if (!applyFile(path, out, error)) return false;
   }
+  std::set<std::string> flag_lists_reset;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -283,6 +285,11 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
       return false;
     }
     const Setting& s = it->second;
+    // A repeated flag replaces the file's list rather than appending to it.
+    if (s.repeated && flag_lists_reset.insert(key).second) {
+      if (key == "pid") out.pids.clear();
+      if (key == "cgroup") out.cgroups.clear();
+    }
     if (s.is_bool) {
       if (has_value && value != "true" && value != "false") {
         error = a + ": expected no value, or =true / =false" + got(value);

@@ -1,0 +1,236 @@
+// The collector binary on port 0 driven by the load generator over loopback; /metrics scraped
+// over HTTP and compared with what the load generator says it sent, exactly.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "common/wire_format.h"
+#include "tests/collector/app/child_process.h"
+
+namespace bpftrain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ChildProcess;
+
+struct Collector {
+  std::unique_ptr<ChildProcess> proc;
+  std::string host = "127.0.0.1";
+  int udp_port = 0;
+  int metrics_port = 0;
+
+  explicit Collector(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-collector"),
+                                     "--no-bpf", "--listen", "127.0.0.1:0", "--metrics",
+                                     "127.0.0.1:0", "--window", "60s", "--step", "1s"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc = std::make_unique<ChildProcess>(argv);
+    auto m = proc->waitLine(std::regex("udp=[0-9.]+:([0-9]+) metrics=[0-9.]+:([0-9]+)"), 20s);
+    if (m) {
+      udp_port = std::stoi((*m)[1]);
+      metrics_port = std::stoi((*m)[2]);
+    }
+  }
+  std::map<std::string, double> scrape() const {
+    return testing::parseMetrics(testing::httpGet(host, metrics_port));
+  }
+  // Polls /metrics until pred holds or the deadline passes; returns the last scrape.
+  std::map<std::string, double> scrapeUntil(
+      const std::function<bool(const std::map<std::string, double>&)>& pred,
+      std::chrono::seconds limit = 20s) const {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    std::map<std::string, double> m = scrape();
+    while (!pred(m) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(50ms);
+      m = scrape();
+    }
+    return m;
+  }
+};
+
+nlohmann::json runLoadgen(int udp_port, std::vector<std::string> args) {
+  std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-loadgen"),
+                                   "--target", "127.0.0.1:" + std::to_string(udp_port)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ChildProcess lg(argv);
+  auto line = lg.waitLine(std::regex("^\\{.*\\}$"), 60s);
+  EXPECT_EQ(lg.wait(10s), 0) << lg.stderrText();
+  if (!line) return {};
+  return nlohmann::json::parse((*line)[0].str());
+}
+
+double sumMatching(const std::map<std::string, double>& m, const std::string& prefix) {
+  double s = 0;
+  for (const auto& [k, v] : m)
+    if (k.rfind(prefix, 0) == 0) s += v;
+  return s;
+}
+
+double get(const std::map<std::string, double>& m, const std::string& k) {
+  auto it = m.find(k);
+  return it == m.end() ? NAN : it->second;
+}
+
+TEST(CollectorE2E, BinaryFramesAggregatedExactly) {
+  Collector c;
+  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  auto sent = runLoadgen(c.udp_port, {"--workers", "8", "--hz", "100", "--duration", "1.5"});
+  ASSERT_FALSE(sent.is_null());
+  uint64_t samples = sent["samples"];
+  ASSERT_GT(samples, 0u);
+  auto m = c.scrapeUntil([&](const auto& m) {
+    return get(m, "bpftrain_collector_samples_total{protocol=\"binary\"}") >= double(samples);
+  });
+  EXPECT_EQ(get(m, "bpftrain_collector_samples_total{protocol=\"binary\"}"), double(samples));
+  EXPECT_EQ(get(m, "bpftrain_collector_kernel_drops_total"), 0);
+  EXPECT_EQ(get(m, "bpftrain_collector_samples_lost_total"), 0);
+  EXPECT_EQ(get(m, "bpftrain_collector_dropped_total{reason=\"unknown_sender\"}"), 0);
+  EXPECT_EQ(get(m, "bpftrain_collector_senders"), 8);
+  const auto& per = sent["metrics"];
+  EXPECT_EQ(sumMatching(m, "bpftrain_allreduce_bytes_total{"),
+            double(per["bpftrain_allreduce_bytes"]["count"]));
+  EXPECT_EQ(sumMatching(m, "bpftrain_step_seconds_count{"),
+            double(per["bpftrain_step_seconds"]["count"]));
+  EXPECT_NEAR(sumMatching(m, "bpftrain_step_seconds_sum{"), double(per["bpftrain_step_seconds"]["sum"]),
+              1e-9 * double(per["bpftrain_step_seconds"]["sum"]));
+  for (int r = 0; r < 8; ++r)  // gauges: the last value, which the generator sets to the rank
+    EXPECT_EQ(get(m, "bpftrain_loss{job=\"loadgen\",rank=\"" + std::to_string(r) + "\"}"), r);
+}
+
+TEST(CollectorE2E, StatsdLinesAggregatedExactly) {
+  Collector c;
+  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  auto sent = runLoadgen(c.udp_port, {"--protocol", "statsd", "--rate", "200000",
+                                      "--workers", "16", "--duration", "1"});
+  ASSERT_FALSE(sent.is_null());
+  uint64_t samples = sent["samples"];
+  auto m = c.scrapeUntil([&](const auto& m) {
+    return get(m, "bpftrain_collector_samples_total{protocol=\"statsd\"}") >= double(samples);
+  });
+  EXPECT_EQ(get(m, "bpftrain_collector_samples_total{protocol=\"statsd\"}"), double(samples));
+  EXPECT_EQ(get(m, "bpftrain_collector_kernel_drops_total"), 0);
+  const auto& per = sent["metrics"];
+  EXPECT_EQ(sumMatching(m, "loadgen_bytes_total{"), double(per["loadgen_bytes"]["count"]));
+  EXPECT_EQ(sumMatching(m, "loadgen_step_count{"), double(per["loadgen_step"]["count"]));
+  EXPECT_NEAR(sumMatching(m, "loadgen_step_sum{"), double(per["loadgen_step"]["sum"]),
+              1e-9 * double(per["loadgen_step"]["sum"]));
+}
+
+TEST(CollectorE2E, GarbageIsCountedAndValidTrafficStillExact) {
+  Collector c;
+  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(c.udp_port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  std::mt19937 rng(7);
+  constexpr int kGarbage = 2000;
+  for (int i = 0; i < kGarbage; ++i) {
+    uint8_t b[256];
+    size_t n = 1 + rng() % sizeof b;
+    for (size_t k = 0; k < n; ++k) b[k] = uint8_t(rng());
+    if (i % 2) wire::putU32(b, wire::kMagic);  // half look like frames: header checks reject
+    if (n < 4) b[0] = 0xff;
+    sendto(fd, b, n, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  close(fd);
+  auto sent = runLoadgen(c.udp_port, {"--workers", "4", "--hz", "100", "--duration", "0.5"});
+  uint64_t samples = sent["samples"];
+  auto m = c.scrapeUntil([&](const auto& m) {
+    return get(m, "bpftrain_collector_samples_total{protocol=\"binary\"}") >= double(samples);
+  });
+  EXPECT_EQ(get(m, "bpftrain_collector_samples_total{protocol=\"binary\"}"), double(samples));
+  EXPECT_GE(sumMatching(m, "bpftrain_collector_decode_errors_total{"), kGarbage);
+  EXPECT_EQ(sumMatching(m, "bpftrain_allreduce_bytes_total{"),
+            double(sent["metrics"]["bpftrain_allreduce_bytes"]["count"]));
+}
+
+TEST(CollectorE2E, SigtermStopsPromptlyWithStatusZero) {
+  Collector c;
+  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  ASSERT_EQ(kill(c.proc->pid(), SIGTERM), 0);
+  EXPECT_EQ(c.proc->wait(5s), 0) << c.proc->stderrText();
+  EXPECT_NE(c.proc->stderrText().find("stopped"), std::string::npos);
+}
+
+TEST(CollectorE2E, SighupReloadsTheConfigFile) {
+  std::string path = ::testing::TempDir() + "/collector_reload.json";
+  std::ofstream(path) << R"({"log_level": "info", "max_series": 1000})";
+  Collector c({"--config", path});
+  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  std::ofstream(path) << R"({"log_level": "debug", "max_series": 2000})";
+  ASSERT_EQ(kill(c.proc->pid(), SIGHUP), 0);
+  auto line = c.proc->waitLine(std::regex("SIGHUP: reloaded .*"), 10s, true);
+  ASSERT_TRUE(line) << c.proc->stderrText();
+  EXPECT_NE((*line)[0].str().find("applied: log_level"), std::string::npos) << (*line)[0];
+  EXPECT_NE((*line)[0].str().find("needs a restart: max_series"), std::string::npos) << (*line)[0];
+  auto m = c.scrapeUntil([](const auto& m) {
+    return get(m, "bpftrain_collector_reloads_total{result=\"ok\"}") == 1;
+  });
+  EXPECT_EQ(get(m, "bpftrain_collector_reloads_total{result=\"ok\"}"), 1);
+  // A broken file is reported and the collector keeps running on the old config.
+  std::ofstream(path) << R"({"log_level": "loud"})";
+  ASSERT_EQ(kill(c.proc->pid(), SIGHUP), 0);
+  EXPECT_TRUE(c.proc->waitLine(std::regex("reload failed.*log_level"), 10s, true))
+      << c.proc->stderrText();
+  ASSERT_EQ(kill(c.proc->pid(), SIGTERM), 0);
+  EXPECT_EQ(c.proc->wait(5s), 0);
+  std::remove(path.c_str());
+}
+
+struct BadConfig {
+  std::string file;                // JSON written to a temp file, "" for none
+  std::vector<std::string> flags;
+  std::string must_name;           // the key or flag the one-line error must name
+};
+
+TEST(CollectorE2E, ConfigMistakesExitTwoWithOneLineNamingTheKey) {
+  std::string path = ::testing::TempDir() + "/collector_bad.json";
+  std::vector<BadConfig> cases = {
+      {R"({"listen": "127.0.0.1:0", "windw": "5s"})", {}, "windw"},
+      {R"({"window": "five seconds"})", {}, "window"},
+      {R"({"ingest_threads": 0})", {}, "ingest_threads"},
+      {R"({"no_bpf": "yes"})", {}, "no_bpf"},
+      {R"([1,2])", {}, "--config"},
+      {"", {"--window", "abc"}, "--window"},
+      {"", {"--listen", "localhost"}, "--listen"},
+      {"", {"--policy", "random"}, "--policy"},
+      {"", {"--max-series", "-5"}, "--max-series"},
+      {"", {"--bogus"}, "--bogus"},
+      {"", {"--window", "5s", "--step", "3s"}, "--window/--step"},
+  };
+  for (const auto& bc : cases) {
+    std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-collector"),
+                                     "--no-bpf"};
+    if (!bc.file.empty()) {
+      std::ofstream(path) << bc.file;
+      argv.insert(argv.end(), {"--config", path});
+    }
+    argv.insert(argv.end(), bc.flags.begin(), bc.flags.end());
+    ChildProcess p(argv);
+    EXPECT_EQ(p.wait(10s), 2) << bc.must_name;
+    const std::string& err = p.stderrText();
+    EXPECT_NE(err.find(bc.must_name), std::string::npos) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+  std::remove(path.c_str());
+}
+
+TEST(CollectorE2E, FlagsOverrideTheFile) {
+  std::string path = ::testing::TempDir() + "/collector_override.json";
+  std::ofstream(path) << R"({"window": "10s", "step": "2s", "listen": "127.0.0.1:1"})";
+  Collector c({"--config", path, "--listen", "127.0.0.1:0", "--step", "1s", "--window", "60s"});
+  ASSERT_GT(c.udp_port, 1) << c.proc->stderrText();
+  EXPECT_NE(c.proc->stdoutText().find("window=60000ms step=1000ms"), std::string::npos)
+      << c.proc->stdoutText();
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace bpftrain
