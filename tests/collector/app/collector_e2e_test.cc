@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -230,6 +231,57 @@ TEST(CollectorE2E, FlagsOverrideTheFile) {
   EXPECT_NE(c.proc->stdoutText().find("window=60000ms step=1000ms"), std::string::npos)
       << c.proc->stdoutText();
   std::remove(path.c_str());
+}
+
+// Hierarchy: two child collectors forward window summaries to a parent (--upstream); the
+// parent's quantiles over the union stay within the sketch's 1% relative error of the exact ones.
+TEST(CollectorE2E, TwoChildrenMergeIntoParentWithinSketchBound) {
+  Collector parent;
+  ASSERT_GT(parent.udp_port, 0) << parent.proc->stderrText();
+  std::string up = "127.0.0.1:" + std::to_string(parent.udp_port);
+  Collector child_a({"--upstream", up});
+  Collector child_b({"--upstream", up});
+  ASSERT_GT(child_a.udp_port, 0) << child_a.proc->stderrText();
+  ASSERT_GT(child_b.udp_port, 0) << child_b.proc->stderrText();
+
+  std::mt19937 rng(42);
+  std::lognormal_distribution<double> slow(3.0, 0.6);   // ms, child a
+  std::uniform_real_distribution<double> fast(1, 15);   // ms, child b
+  std::vector<double> all_seconds;
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  for (Collector* c : {&child_a, &child_b}) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(c->udp_port));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    for (int d = 0; d < 100; ++d) {  // 100 datagrams x 20 lines
+      std::string text;
+      for (int i = 0; i < 20; ++i) {
+        double ms = c == &child_a ? slow(rng) : fast(rng);
+        char line[64];
+        int n = std::snprintf(line, sizeof line, "hier.lat:%.6f|ms\nhier.n:1|c\n", ms);
+        text.append(line, size_t(n));
+        all_seconds.push_back(std::strtod(line + 9, nullptr) / 1000.0);
+      }
+      sendto(fd, text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    }
+  }
+  close(fd);
+  const double n = double(all_seconds.size());
+  auto m = parent.scrapeUntil([&](const auto& m) { return get(m, "hier_lat_count") >= n; }, 30s);
+  ASSERT_EQ(get(m, "hier_lat_count"), n) << parent.proc->stderrText();
+  EXPECT_EQ(get(m, "hier_n_total"), n);
+  std::sort(all_seconds.begin(), all_seconds.end());
+  for (double q : {0.5, 0.9, 0.99}) {
+    double rank = q * (n - 1);
+    double lo = all_seconds[size_t(std::floor(rank))] * 0.99;
+    double hi = all_seconds[size_t(std::ceil(rank))] * 1.01;
+    char key[64];
+    std::snprintf(key, sizeof key, "hier_lat{quantile=\"%g\"}", q);
+    double got = get(m, key);
+    EXPECT_GE(got, lo) << key;
+    EXPECT_LE(got, hi) << key;
+  }
 }
 
 }  // namespace
