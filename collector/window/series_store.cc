@@ -51,7 +51,6 @@ struct alignas(64) Shard {
   double total = 0;  // counters: every increment since creation
   double last = 0;
   int64_t last_ns = std::numeric_limits<int64_t>::min();
-  int64_t first_step = std::numeric_limits<int64_t>::max();
 };
 
 struct Series {
@@ -142,7 +141,6 @@ class ShardedSeriesStore final : public SeriesStore {
     Series* s = seriesAt(id);
     if (!s || writer < 0 || writer >= writers_ || !std::isfinite(value)) return;
     Shard& shard = s->shards[size_t(writer)];
-    const int64_t step = shard.window.stepOf(now_ns);
     shard.lock.lock();
     const bool windowed = shard.window.add(now_ns, value);
     if (s->kind == SeriesKind::kCounter) shard.total += value;
@@ -150,7 +148,6 @@ class ShardedSeriesStore final : public SeriesStore {
       shard.last = value;
       shard.last_ns = now_ns;
     }
-    if (step < shard.first_step) shard.first_step = step;
     shard.lock.unlock();
     if (!windowed) late_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -233,7 +230,6 @@ class ShardedSeriesStore final : public SeriesStore {
     if (!s || writer < 0 || writer >= writers_ || step.count == 0) return;
     Shard& shard = s->shards[size_t(writer)];
     StepAggregate agg{step.count, step.sum, step.min, step.max, step.last, now_ns};
-    const int64_t at = shard.window.stepOf(now_ns);
     shard.lock.lock();
     const bool windowed = shard.window.mergeAt(now_ns, agg, step.sketch);
     if (s->kind == SeriesKind::kCounter) shard.total += step.sum;
@@ -241,7 +237,6 @@ class ShardedSeriesStore final : public SeriesStore {
       shard.last = step.last;
       shard.last_ns = now_ns;
     }
-    if (at < shard.first_step) shard.first_step = at;
     shard.lock.unlock();
     if (!windowed) late_.fetch_add(step.count, std::memory_order_relaxed);
   }
@@ -297,7 +292,7 @@ class ShardedSeriesStore final : public SeriesStore {
         last = shard.last;
         last_ns = shard.last_ns;
       }
-      first_step = std::min(first_step, shard.first_step);
+      first_step = std::min(first_step, shard.window.firstStep());
       shard.lock.unlock();
     }
     snap.count = agg.count;

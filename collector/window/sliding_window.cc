@@ -16,22 +16,30 @@ size_t SlidingWindow::slotFor(int64_t step, bool& ok) {
   const int64_t n = int64_t(buckets_.size());
   size_t slot = size_t(((step % n) + n) % n);
   Bucket& b = buckets_[slot];
-  ok = true;
-  if (b.step == step) return slot;
-  if (b.step > step) {
-    ok = false;  // the slot already moved on: this sample is older than the ring
-    return slot;
+  ok = b.step <= step;  // else the slot already moved on: older than the ring
+  if (!ok) return slot;
+  if (b.step < step) {
+    b.step = step;
+    b.agg = StepAggregate{};
+    if (spec_.with_sketch) sketches_[slot].clear();
   }
-  b.step = step;
-  b.agg = StepAggregate{};
-  if (spec_.with_sketch) sketches_[slot].clear();
+  if (step > cur_step_) {
+    cur_step_ = step;
+    cur_start_ns_ = step * spec_.step_ns;
+    cur_end_ns_ = cur_start_ns_ + spec_.step_ns;
+    cur_slot_ = slot;
+  }
+  if (step < first_step_) first_step_ = step;
   return slot;
 }
 
 bool SlidingWindow::add(int64_t now_ns, double value) {
-  bool ok;
-  size_t slot = slotFor(stepOf(now_ns), ok);
-  if (!ok) return false;
+  size_t slot = cur_slot_;
+  if (now_ns < cur_start_ns_ || now_ns >= cur_end_ns_) [[unlikely]] {
+    bool ok;
+    slot = slotFor(stepOf(now_ns), ok);
+    if (!ok) return false;
+  }
   buckets_[slot].agg.add(value, now_ns);
   if (spec_.with_sketch) sketches_[slot].add(value);
   return true;

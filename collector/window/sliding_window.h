@@ -73,6 +73,8 @@ class SlidingWindow {
   // step first_step: amount / seconds covered (never less than one step).
   double rate(double amount, int64_t now_ns, int64_t first_step) const;
 
+  // Earliest step that ever received a sample (for rates of young series); INT64_MAX if none.
+  int64_t firstStep() const { return first_step_; }
   const WindowSpec& spec() const { return spec_; }
   size_t memoryBytes() const;
 
@@ -90,6 +92,11 @@ class SlidingWindow {
   size_t slotFor(int64_t step, bool& ok);
 
   WindowSpec spec_;
+  // The newest step seen and its time range: samples inside it skip the divisions (hot path).
+  int64_t cur_step_ = std::numeric_limits<int64_t>::min();
+  int64_t cur_start_ns_ = 0, cur_end_ns_ = 0;
+  size_t cur_slot_ = 0;
+  int64_t first_step_ = std::numeric_limits<int64_t>::max();
   std::vector<Bucket> buckets_;   // steps + 1 slots
   std::vector<Sketch> sketches_;  // parallel to buckets_ when spec_.with_sketch
 };
