@@ -1,0 +1,119 @@
+// netlab-telemetry-sink: receives the trainer's binary telemetry (common/wire_format.h) on a UDP
+// address and prints one JSON line per samples frame with the fields a scenario measurement
+// needs, stamped with the receive wall clock:
+//   {"wall_ns": N, "rank": R, "step": S, "samples_per_s": X, "topology": T, "epoch": E, ...}
+// Usage: netlab-telemetry-sink ADDR:PORT [--seconds S]   (port 0: the bound port is printed
+// first as {"listening": PORT}). Stops on SIGTERM/SIGINT or after S seconds.
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <unordered_map>
+
+#include "common/wire_format.h"
+
+namespace {
+
+volatile sig_atomic_t g_stop = 0;
+void onSignal(int) { g_stop = 1; }
+
+uint64_t wallNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace bpftrain::wire;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: netlab-telemetry-sink ADDR:PORT [--seconds S]\n");
+    return 2;
+  }
+  std::string addr = argv[1];
+  double seconds = 0;
+  if (argc >= 4 && std::string(argv[2]) == "--seconds") seconds = std::atof(argv[3]);
+  size_t colon = addr.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (colon == std::string::npos ||
+      inet_pton(AF_INET, addr.substr(0, colon).c_str(), &a.sin_addr) != 1) {
+    std::fprintf(stderr, "netlab-telemetry-sink: bad address '%s': expected IPv4:PORT\n", addr.c_str());
+    return 2;
+  }
+  a.sin_port = htons(uint16_t(std::atoi(addr.c_str() + colon + 1)));
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int rcvbuf = 8 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    std::fprintf(stderr, "netlab-telemetry-sink: bind %s: %s\n", addr.c_str(), std::strerror(errno));
+    return 1;
+  }
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::printf("{\"listening\": %u}\n", ntohs(a.sin_port));
+  std::fflush(stdout);
+  signal(SIGTERM, onSignal);
+  signal(SIGINT, onSignal);
+
+  std::unordered_map<uint64_t, uint32_t> rank_of;  // sender id -> rank, from hellos
+  std::array<uint8_t, kMaxDatagramSize> buf{};
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!g_stop && (seconds <= 0 || std::chrono::steady_clock::now() < end)) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+    if (n <= 0) continue;
+    uint64_t now = wallNs();
+    std::span<const uint8_t> d(buf.data(), size_t(n));
+    FrameView f;
+    while (!d.empty() && nextFrame(d, f) == DecodeError::kNone) {
+      if (f.header.kind == FrameKind::kHello) {
+        HelloView h;
+        if (decodeHello(f, h) == DecodeError::kNone) rank_of[f.header.sender_id] = h.rank;
+        continue;
+      }
+      if (f.header.kind != FrameKind::kSamples) continue;
+      auto it = rank_of.find(f.header.sender_id);
+      if (it == rank_of.end()) continue;
+      SamplesView s;
+      if (decodeSamples(f, s) != DecodeError::kNone) continue;
+      std::string line = "{\"wall_ns\": " + std::to_string(now) + ", \"rank\": " + std::to_string(it->second);
+      for (size_t i = 0; i < s.size(); ++i) {
+        SampleRecord r = s[i];
+        const char* key = nullptr;
+        switch (r.metric) {
+          case MetricId::kStep: key = "step"; break;
+          case MetricId::kSamplesPerSecond: key = "samples_per_s"; break;
+          case MetricId::kTopology: key = "topology"; break;
+          case MetricId::kPinning: key = "pinning"; break;
+          case MetricId::kConfigEpoch: key = "epoch"; break;
+          case MetricId::kStepSeconds: key = "step_s"; break;
+          case MetricId::kAllreduceSeconds: key = "allreduce_s"; break;
+          case MetricId::kAllreduceBusbwBytesPerSecond: key = "busbw"; break;
+          case MetricId::kCheckpointActive: key = "checkpoint"; break;
+          default: break;
+        }
+        if (key == nullptr || !std::isfinite(r.value)) continue;
+        char v[64];
+        std::snprintf(v, sizeof v, ", \"%s\": %.9g", key, r.value);
+        line += v;
+      }
+      line += "}\n";
+      std::fputs(line.c_str(), stdout);
+    }
+  }
+  std::fflush(stdout);
+  close(fd);
+  return 0;
+}
