@@ -130,6 +130,12 @@ void RankRunner::refreshThreads() {
   if (now == known_tids_) return;
   known_tids_ = now;
   applyPinning(config_.pinning);
+  std::string compute, comm;
+  for (pid_t t : now) {
+    std::string& list = compute_tids_.count(t) ? compute : comm;
+    list += (list.empty() ? "" : ",") + std::to_string(t);
+  }
+  log("threads compute %s communication %s", compute.c_str(), comm.c_str());
   if (emitter_) emitter_->setThreads(now);
 }
 

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -120,6 +121,7 @@ void Emitter::setThreads(const std::vector<pid_t>& tids) {
 }
 
 void Emitter::run() {
+  pthread_setname_np(pthread_self(), "bt-telemetry");
   thread_tid_ = pid_t(syscall(SYS_gettid));
   const auto period = std::chrono::microseconds(1'000'000 / options_.hz);
   auto next = std::chrono::steady_clock::now();

@@ -11,6 +11,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -385,6 +386,68 @@ TEST(TrainE2E, UnreachablePeerTimesOutWithAClearMessage) {
   EXPECT_NE(p.err.find("rank 0: error:"), std::string::npos) << p.err;
   EXPECT_NE(p.err.find("did not join"), std::string::npos) << p.err;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+}
+
+}  // namespace
+}  // namespace bpftrain::trainer
+
+namespace bpftrain::trainer {
+namespace {
+
+TEST(TrainE2E, NcclBackendTrainsOnAGpuOrSaysWhyNot) {
+  Subprocess p(cmd({"--backend", "nccl", "--steps", "50", "--collector", "none"}));
+  int code = p.exitCode(120s);
+  if (code == 0) {
+    EXPECT_FALSE(finalHashes(p.out).empty());
+  } else {
+    EXPECT_EQ(code, 1);
+    EXPECT_TRUE(p.err.find("no CUDA GPU visible") != std::string::npos ||
+                p.err.find("no NCCL backend") != std::string::npos)
+        << p.err;
+    EXPECT_NE(p.err.find("--backend gloo"), std::string::npos) << p.err;
+  }
+}
+
+// Reads each thread's CPU mask from the kernel while a rank runs with --pin spread: the main
+// (compute) thread gets its own PU and every other thread (Gloo's device loop, the telemetry
+// emitter, BLAS workers) the rank's other PUs.
+TEST(TrainE2E, ComputeAndCommunicationThreadsArePinnedAsPlanned) {
+  cpu_set_t mine;
+  sched_getaffinity(0, sizeof(mine), &mine);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to tell compute and communication apart";
+  Subprocess p(cmd({"--steps", "100000000", "--pin", "spread", "--eval-every", "0",
+                    "--collector", "127.0.0.1:9"}));
+  ASSERT_TRUE(p.waitFor("rank 0: world 1", 60s)) << p.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(threads compute (\S+) communication (\S+))")))
+      << p.out;
+  auto tids = [](const std::string& list) {
+    std::vector<pid_t> out;
+    std::stringstream ss(list);
+    std::string t;
+    while (std::getline(ss, t, ',')) out.push_back(std::stoi(t));
+    return out;
+  };
+  std::vector<pid_t> compute = tids(m[1]), comm = tids(m[2]);
+  ASSERT_GE(comm.size(), 2u);  // Gloo's device loop and the telemetry emitter
+  EXPECT_NE(std::find(compute.begin(), compute.end(), p.pid()), compute.end());
+  auto maskOf = [](pid_t t) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    sched_getaffinity(t, sizeof(s), &s);
+    std::vector<int> out;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &s)) out.push_back(c);
+    return out;
+  };
+  std::vector<int> rest(cpus.begin() + 1, cpus.end());
+  for (pid_t t : compute) EXPECT_EQ(maskOf(t), std::vector<int>{cpus[0]}) << "compute " << t;
+  for (pid_t t : comm) EXPECT_EQ(maskOf(t), rest) << "communication " << t;
+  kill(p.pid(), SIGTERM);
+  p.exitCode(10s);
 }
 
 }  // namespace

@@ -1,0 +1,119 @@
+#include "trainer/app/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace bpftrain::trainer::app {
+namespace {
+
+// One check macro per foreign API, at the boundary only; they carry file and line.
+#define BPFTRAIN_CUDACHECK(call)                                                           \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess)                                                                 \
+      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) +    \
+                               ": " #call ": " + cudaGetErrorString(e_));                 \
+  } while (0)
+#define BPFTRAIN_NCCLCHECK(call)                                                           \
+  do {                                                                                     \
+    ncclResult_t r_ = (call);                                                              \
+    if (r_ != ncclSuccess)                                                                 \
+      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) +    \
+                               ": " #call ": " + ncclGetErrorString(r_));                 \
+  } while (0)
+
+class NcclCommunicator final : public collective::Communicator {
+ public:
+  explicit NcclCommunicator(const collective::CommOptions& o) : rank_(o.rank), world_(o.world) {
+    int devices = 0;
+    cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices == 0)
+      throw std::runtime_error(std::string("--backend nccl: no CUDA GPU visible (") +
+                               (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") +
+                               "): run on a GPU host, or use --backend gloo");
+    BPFTRAIN_CUDACHECK(cudaSetDevice(o.rank % devices));
+    struct stat st{};
+    if (o.store.empty() || stat(o.store.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw std::runtime_error("--backend nccl rendezvouses through a directory: pass --store DIR");
+    ncclUniqueId id;
+    const std::string path = o.store + "/" + o.prefix + "-nccl-id";
+    if (rank_ == 0) {
+      BPFTRAIN_NCCLCHECK(ncclGetUniqueId(&id));
+      std::string tmp = path + ".tmp";
+      std::ofstream(tmp, std::ios::binary).write(reinterpret_cast<const char*>(&id), sizeof(id));
+      std::rename(tmp.c_str(), path.c_str());
+    } else {
+      auto deadline = std::chrono::steady_clock::now() + o.timeout;
+      for (;;) {
+        std::ifstream f(path, std::ios::binary);
+        if (f.read(reinterpret_cast<char*>(&id), sizeof(id))) break;
+        if (std::chrono::steady_clock::now() > deadline)
+          throw std::runtime_error("rank 0 did not publish the NCCL id in " + o.store + " within " +
+                                   std::to_string(o.timeout.count() / 1000) + "s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    BPFTRAIN_NCCLCHECK(ncclCommInitRank(&comm_, world_, id, rank_));
+    BPFTRAIN_CUDACHECK(cudaStreamCreate(&stream_));
+    capacity_ = std::max<size_t>(o.max_elements, 1024) * sizeof(float);
+    BPFTRAIN_CUDACHECK(cudaMalloc(&device_, capacity_));
+  }
+  ~NcclCommunicator() override {
+    if (device_ != nullptr) cudaFree(device_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+  }
+
+  // NCCL chooses its own algorithm (ring/tree/NVLS); the topology argument is not used.
+  void allreduce(std::span<float> data, Topology) override {
+    staged(data.data(), data.size_bytes(), [&] {
+      BPFTRAIN_NCCLCHECK(ncclAllReduce(device_, device_, data.size(), ncclFloat, ncclSum, comm_,
+                                       stream_));
+    });
+  }
+  void broadcast(std::span<uint8_t> data, int root) override {
+    staged(data.data(), data.size_bytes(), [&] {
+      BPFTRAIN_NCCLCHECK(
+          ncclBroadcast(device_, device_, data.size(), ncclUint8, root, comm_, stream_));
+    });
+  }
+  void barrier() override {
+    float one = 1;
+    allreduce(std::span<float>(&one, 1), Topology::kRing);
+  }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+
+ private:
+  template <typename F>
+  void staged(void* host, size_t bytes, F&& op) {
+    if (bytes > capacity_) throw std::runtime_error("nccl: buffer larger than max_elements");
+    BPFTRAIN_CUDACHECK(cudaMemcpyAsync(device_, host, bytes, cudaMemcpyHostToDevice, stream_));
+    op();
+    BPFTRAIN_CUDACHECK(cudaMemcpyAsync(host, device_, bytes, cudaMemcpyDeviceToHost, stream_));
+    BPFTRAIN_CUDACHECK(cudaStreamSynchronize(stream_));
+  }
+
+  int rank_, world_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* device_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<collective::Communicator> createNcclCommunicator(
+    const collective::CommOptions& options) {
+  return std::make_unique<NcclCommunicator>(options);
+}
+
+}  // namespace bpftrain::trainer::app
