@@ -24,7 +24,7 @@ struct task_struct___cpu_in_task {
 
 static __always_inline __u32 taskCpu(struct task_struct *task) {
   if (bpf_core_field_exists(task->thread_info.cpu))
-    return BPF_CORE_READ(task, thread_info.cpu);
+    return task->thread_info.cpu;  // a trusted tp_btf pointer: a plain load, no probe_read
   return BPF_CORE_READ((struct task_struct___cpu_in_task *)task, cpu);
 }
 

@@ -338,10 +338,7 @@ void ProbeServiceImpl::init() {
 
   for (auto& obj : objects_) defineCounters(*obj);
   attachProbes();
-  for (auto& probe : probes_) {
-    if (!probe.up && store_)  // --list-probes prints the table instead
-      std::fprintf(stderr, "bpftrain: probe %s down: %s\n", probe.def->name, probe.reason.c_str());
-  }
+  // The caller logs status() (one line per probe that is down), as the collector does.
 }
 
 void ProbeServiceImpl::defineCounters(LoadedObject& obj) {
