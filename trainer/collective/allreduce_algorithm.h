@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace gloo {
@@ -32,12 +33,24 @@ std::unique_ptr<AllreduceAlgorithm> makeHalvingDoublingAllreduce(
 // Gloo's AllreduceBcube; the group base is the context's base (see bcubeBase()).
 std::unique_ptr<AllreduceAlgorithm> makeBcubeAllreduce(std::shared_ptr<gloo::Context> context);
 
-// Reduce within a node to its leader, allreduce among leaders, broadcast within the node,
-// pipelined in chunks. node_context: the ranks of this rank's node (null if alone on its node);
+struct HierarchicalConfig {
+  // Pipeline chunk of both node stages. One size for both: the leaders' rings must see the same
+  // chunks whether their node reduced through shared memory or TCP.
+  size_t chunk_elements = 256 * 1024;
+  // With a single node there is no leader ring to keep in step: shared-memory chunks small enough
+  // that every rank's slot and the result stay in cache (measured faster than 1-4 MiB chunks).
+  size_t single_node_shm_chunk_elements = 64 * 1024;
+  bool shared_memory = true;  // try POSIX shm for the node stage
+  bool multi_node = false;    // more than one node: leaders run a ring
+};
+
+// Reduce within a node, allreduce among node leaders, broadcast within the node, pipelined in
+// chunks. node_context: the ranks of this rank's node (null if alone on its node);
 // leader_context: one rank per node (null on non-leaders or when there is a single node).
+// Constructing it is collective over node_context (the shared-memory set-up).
 std::unique_ptr<AllreduceAlgorithm> makeHierarchicalAllreduce(
     std::shared_ptr<gloo::Context> node_context, std::shared_ptr<gloo::Context> leader_context,
-    size_t chunk_elements);
+    const HierarchicalConfig& config, std::string* node_stage);
 
 // Gloo's bcube needs the world size divisible by the base; we use the smallest b with world = b^k
 // (a full hypercube), otherwise world itself (one step: direct reduce-scatter + allgather).

@@ -3,15 +3,21 @@
 // and each leader sends the result back to its members. Work is pipelined in chunks: while the
 // leaders' ring runs on chunk c, members' chunk c+1 is already on its way to the leader.
 // Bit-identical: each node sum has a fixed order, the leader ring is bit-identical, members copy.
+// When every rank of a node can map one POSIX shared-memory segment, the node stage runs through
+// it instead of TCP: each rank copies its chunk into its slot, each rank sums one slice of the
+// chunk over all slots (local rank order), the leader runs the ring on the summed chunk, and
+// everyone copies the result out. Sums are still formed once, in a fixed order.
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "trainer/collective/allreduce_algorithm.h"
 #include "trainer/collective/allreduce_ring.h"
 #include "trainer/collective/buffer_cache.h"
 #include "trainer/collective/reduce_sum.h"
+#include "trainer/collective/shm_node.h"
 
 namespace bpftrain::trainer::collective {
 namespace {
@@ -23,11 +29,28 @@ constexpr uint64_t kLeaderRingSlot = 0xB7000004ull << 24;
 class HierarchicalAllreduce final : public AllreduceAlgorithm {
  public:
   HierarchicalAllreduce(std::shared_ptr<gloo::Context> node, std::shared_ptr<gloo::Context> leaders,
-                        size_t chunk_elements)
-      : node_(std::move(node)), chunk_(std::max<size_t>(1, chunk_elements)) {
+                        const HierarchicalConfig& config, std::string* node_stage)
+      : node_(std::move(node)),
+        chunk_(std::max<size_t>(1, config.chunk_elements)),
+        multi_node_(config.multi_node) {
     if (leaders && leaders->size > 1)
       ring_ = std::make_unique<RingAllreduce>(std::move(leaders), kLeaderRingSlot);
-    if (node_ && node_->size > 1 && node_->rank == 0) {
+    std::string stage = node_ && node_->size > 1 ? "tcp" : "none";
+    if (node_ && node_->size > 1 && config.shared_memory) {
+      std::string why;
+      shm_ = NodeShm::create(*node_, multi_node_ ? chunk_ : config.single_node_shm_chunk_elements,
+                             &why);
+      if (shm_) {
+        stage = "shm";
+        if (ring_)
+          shm_ring_buf_ =
+              ring_->context().createUnboundBuffer(shm_->resultBase(), shm_->resultBytes());
+      } else {
+        stage = "tcp (shared memory unavailable: " + why + ")";
+      }
+    }
+    if (node_stage) *node_stage = stage;
+    if (node_ && node_->size > 1 && node_->rank == 0 && !shm_) {
       for (int m = 1; m < node_->size; ++m) {
         auto& s = scratch_.emplace_back();
         s.data.resize(2 * chunk_);
@@ -38,6 +61,10 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
 
   void run(std::span<float> data) override {
     if (data.empty()) return;
+    if (shm_) {
+      runShm(data);
+      return;
+    }
     if (!node_ || node_->size == 1) {
       // Alone on its node: still chunk exactly like the other leaders so the rings match.
       if (ring_) runLeader(data, nullptr);
@@ -60,6 +87,34 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
   };
 
   size_t chunks(size_t n) const { return (n + chunk_ - 1) / chunk_; }
+
+  void runShm(std::span<float> data) {
+    const auto timeout = node_->getTimeout();
+    const size_t chunk = shm_->chunkElements();
+    const int m = shm_->size(), j = shm_->localRank();
+    try {
+      for (size_t c = 0, off = 0; off < data.size(); ++c, off += chunk) {
+        const int p = int(c & 1);  // two parities: chunk c+1 never overwrites what c still reads
+        const size_t len = std::min(chunk, data.size() - off);
+        std::memcpy(shm_->slot(j, p), data.data() + off, len * sizeof(float));
+        shm_->barrier(timeout);
+        // This rank's slice of the chunk, summed over the node in local rank order.
+        const size_t begin = len * size_t(j) / size_t(m), end = len * size_t(j + 1) / size_t(m);
+        float* result = shm_->result(p);
+        std::memcpy(result + begin, shm_->slot(0, p) + begin, (end - begin) * sizeof(float));
+        for (int r = 1; r < m; ++r) sumInto(result + begin, shm_->slot(r, p) + begin, end - begin);
+        shm_->barrier(timeout);
+        if (multi_node_) {
+          if (ring_) ring_->runRange(*shm_ring_buf_, size_t(p) * chunk, len);
+          shm_->barrier(timeout);
+        }
+        std::memcpy(data.data() + off, result, len * sizeof(float));
+      }
+    } catch (...) {
+      shm_->abort();
+      throw;
+    }
+  }
 
   void runMember(std::span<float> data, gloo::transport::UnboundBuffer& nbuf) {
     const auto timeout = node_->getTimeout();
@@ -114,7 +169,10 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
 
   std::shared_ptr<gloo::Context> node_;
   size_t chunk_;
+  bool multi_node_;
   std::unique_ptr<RingAllreduce> ring_;
+  std::unique_ptr<NodeShm> shm_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> shm_ring_buf_;  // leader: shm result on ring
   std::vector<Scratch> scratch_;  // leader only: one double-buffered chunk per member
   BufferCache<gloo::transport::UnboundBuffer> node_buffers_{8};
   BufferCache<gloo::transport::UnboundBuffer> leader_buffers_{8};
@@ -124,9 +182,9 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
 
 std::unique_ptr<AllreduceAlgorithm> makeHierarchicalAllreduce(
     std::shared_ptr<gloo::Context> node_context, std::shared_ptr<gloo::Context> leader_context,
-    size_t chunk_elements) {
+    const HierarchicalConfig& config, std::string* node_stage) {
   return std::make_unique<HierarchicalAllreduce>(std::move(node_context), std::move(leader_context),
-                                                 chunk_elements);
+                                                 config, node_stage);
 }
 
 }  // namespace bpftrain::trainer::collective

@@ -19,13 +19,17 @@ struct CommOptions {
   int world = 1;
   // Rendezvous: a directory (file store, one host or a shared filesystem) or redis HOST:PORT.
   std::string store;
-  std::string prefix = "bpftrain";   // store key prefix, so several jobs can share a store
+  std::string prefix = "bpftrain";  // store key prefix, so several jobs can share a store
   // Address or interface this rank's transport binds to (a netns IP in netlab); empty: 127.0.0.1.
   std::string bind_address;
   // node_of[r] = node index of rank r (for hierarchical); empty: every rank on its own node.
   std::vector<int> node_of;
   std::chrono::milliseconds timeout = std::chrono::seconds(30);  // rendezvous and dead peers
-  size_t max_elements = 0;  // largest allreduce, so buffers are sized (and pairs' send buffers) up front
+  size_t max_elements =
+      0;  // largest allreduce, so buffers are sized (and pairs' send buffers) up front
+  // Hierarchical: ranks of one node reduce through POSIX shared memory when they can all map it
+  // (else TCP, logged once and reported by nodeStage()).
+  bool shared_memory = true;
 };
 
 class Communicator {
@@ -38,6 +42,9 @@ class Communicator {
   virtual void allreduce(std::span<float> data, Topology topology) = 0;
   virtual void broadcast(std::span<uint8_t> data, int root) = 0;
   virtual void barrier() = 0;
+  // How the hierarchical topology's node stage runs on this rank: "shm", "tcp", "tcp (shared
+  // memory unavailable: why)", or "none" (alone on its node). For a log line and a metric.
+  virtual std::string nodeStage() const { return "tcp"; }
   virtual int rank() const = 0;
   virtual int world() const = 0;
 };

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -52,8 +53,21 @@ class GlooCommunicator final : public Communicator {
     algorithms_[size_t(Topology::kRing)] = makeRingAllreduce(context_);
     algorithms_[size_t(Topology::kHalvingDoubling)] = makeHalvingDoublingAllreduce(context_);
     algorithms_[size_t(Topology::kBcube)] = makeBcubeAllreduce(context_);
-    algorithms_[size_t(Topology::kHierarchical)] =
-        makeHierarchicalAllreduce(node_context_, leader_context_, kHierarchicalChunkElements);
+    HierarchicalConfig hierarchical;
+    hierarchical.chunk_elements = kHierarchicalChunkElements;
+    hierarchical.shared_memory = options.shared_memory;
+    hierarchical.multi_node = multi_node_;
+    try {
+      algorithms_[size_t(Topology::kHierarchical)] =
+          makeHierarchicalAllreduce(node_context_, leader_context_, hierarchical, &node_stage_);
+    } catch (const gloo::Exception& e) {
+      throw std::runtime_error(describe(options) +
+                               ": setting up the hierarchical node stage failed (" + e.what() +
+                               "): a rank of this node died or is unreachable");
+    }
+    if (node_stage_.rfind("tcp (", 0) == 0)
+      std::fprintf(stderr, "bpftrain collective: %s: hierarchical node stage over %s\n",
+                   describe(options).c_str(), node_stage_.c_str());
   }
 
   ~GlooCommunicator() override {
@@ -100,6 +114,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  std::string nodeStage() const override { return node_stage_; }
   int rank() const override { return options_.rank; }
   int world() const override { return options_.world; }
 
@@ -125,6 +140,7 @@ class GlooCommunicator final : public Communicator {
           int(members.size()), 2, device_, options_.timeout);
       primePairs(*node_context_, prime_bytes_);
     }
+    multi_node_ = leaders.size() > 1;
     if (local == 0 && leaders.size() > 1) {
       if (int(leaders.size()) == world) {
         leader_context_ = context_;  // every rank is alone on its node
@@ -166,6 +182,8 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> node_context_;
   std::shared_ptr<gloo::Context> leader_context_;
   size_t prime_bytes_ = 0;
+  bool multi_node_ = false;
+  std::string node_stage_;
   std::array<std::unique_ptr<AllreduceAlgorithm>, kTopologyCount> algorithms_;
   BufferCache<gloo::transport::UnboundBuffer> broadcast_buffers_{8};
   std::string broken_;

@@ -30,6 +30,8 @@ struct Args {
   std::vector<Topology> topologies = {Topology::kRing, Topology::kHalvingDoubling, Topology::kBcube,
                                       Topology::kHierarchical};
   int ranks_per_node = 0;  // 0: every rank its own node (hierarchical = leader ring)
+  bool shared_memory = true;
+  std::string suffix;  // appended to topology names in RESULT lines
 };
 
 size_t parseBytes(const char* s) {
@@ -58,7 +60,7 @@ size_t parseBytes(const char* s) {
   std::fprintf(stderr,
                "allreduce_bench: %s\nusage: allreduce_bench [--ranks N] [--min 4K] [--max 256M] "
                "[--seconds 0.25] [--reps 3] [--topologies ring,halving-doubling,bcube,"
-               "hierarchical] [--ranks-per-node K]\n",
+               "hierarchical] [--ranks-per-node K] [--no-shm] [--suffix S]\n",
                why);
   std::exit(2);
 }
@@ -67,10 +69,16 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
+    if (k == "--no-shm") {
+      a.shared_memory = false;
+      continue;
+    }
     if (i + 1 >= argc) usage(("missing value for " + k).c_str());
     const char* v = argv[++i];
     if (k == "--ranks")
       a.ranks = std::atoi(v);
+    else if (k == "--suffix")
+      a.suffix = v;
     else if (k == "--min")
       a.min_bytes = parseBytes(v);
     else if (k == "--max")
@@ -108,6 +116,7 @@ int runRank(const Args& a, const std::string& store, int rank) {
   o.world = a.ranks;
   o.store = store;
   o.timeout = std::chrono::seconds(60);
+  o.shared_memory = a.shared_memory;
   for (int r = 0; r < a.ranks; ++r)
     o.node_of.push_back(a.ranks_per_node > 0 ? r / a.ranks_per_node : r);
   auto comm = Communicator::create(o);
@@ -149,8 +158,8 @@ int runRank(const Args& a, const std::string& store, int rank) {
         std::printf(
             "RESULT ranks=%d topology=%s bytes=%zu iters=%d seconds=%.9f algbw_gbit=%.3f "
             "busbw_gbit=%.3f\n",
-            a.ranks, std::string(topologyName(a.topologies[ti])).c_str(), bytes, iters, sec,
-            bytes / sec * 8e-9, busBandwidth(double(bytes), sec, a.ranks) * 8e-9);
+            a.ranks, (std::string(topologyName(a.topologies[ti])) + a.suffix).c_str(), bytes, iters,
+            sec, bytes / sec * 8e-9, busBandwidth(double(bytes), sec, a.ranks) * 8e-9);
       }
       std::fflush(stdout);
     }

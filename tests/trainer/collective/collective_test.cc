@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -55,7 +56,8 @@ CommOptions options(const std::string& store, int rank, int world) {
 
 // Runs fn(rank, comm) on `world` threads; rethrows the first failure after joining.
 void runRanks(int world, const std::function<void(int, Communicator&)>& fn,
-              const std::string& store = "") {
+              const std::string& store = "",
+              const std::function<void(CommOptions&)>& tweak = nullptr) {
   TempDir dir;
   const std::string where = store.empty() ? dir.path() : store;
   std::vector<std::thread> threads;
@@ -63,7 +65,9 @@ void runRanks(int world, const std::function<void(int, Communicator&)>& fn,
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = Communicator::create(options(where, r, world));
+        auto o = options(where, r, world);
+        if (tweak) tweak(o);
+        auto comm = Communicator::create(o);
         fn(r, *comm);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -180,6 +184,52 @@ TEST(Collective, SwitchingTopologiesInRandomOrderOverOneBuffer) {
     }
   });
   for (int r = 1; r < kWorld; ++r) EXPECT_EQ(hashes[r], hashes[0]) << "rank " << r;
+}
+
+// Hierarchical over node layouts (one node, uneven, interleaved, all alone), with the node stage
+// through shared memory and through TCP: exact sums and bit-identical results on every rank.
+TEST(Collective, HierarchicalNodeLayoutsWithAndWithoutSharedMemory) {
+  constexpr int kWorld = 5;
+  const std::vector<std::vector<int>> layouts = {
+      {0, 0, 0, 0, 0}, {0, 0, 0, 1, 1}, {0, 1, 0, 1, 0}, {3, 1, 4, 1, 5}};
+  for (bool shm : {true, false}) {
+    for (const auto& layout : layouts) {
+      SCOPED_TRACE(std::string(shm ? "shm " : "tcp ") + "layout " + std::to_string(layout[0]) +
+                   std::to_string(layout[1]) + std::to_string(layout[2]) +
+                   std::to_string(layout[3]) + std::to_string(layout[4]));
+      std::vector<uint64_t> hashes(kWorld);
+      runRanks(
+          kWorld,
+          [&](int rank, Communicator& comm) {
+            const bool alone = std::count(layout.begin(), layout.end(), layout[rank]) == 1;
+            EXPECT_EQ(comm.nodeStage(), alone ? "none" : shm ? "shm" : "tcp");
+            for (size_t len : {size_t(1), size_t(1023), size_t(600001)}) {
+              std::vector<float> data(len);
+              for (size_t i = 0; i < len; ++i) data[i] = intValue(rank, i, 5);
+              comm.allreduce(data, Topology::kHierarchical);
+              size_t bad = 0;
+              for (size_t i = 0; i < len; ++i) {
+                float want = 0;
+                for (int r = 0; r < kWorld; ++r) want += intValue(r, i, 5);
+                bad += data[i] != want;
+              }
+              ASSERT_EQ(bad, 0u) << "len " << len;
+            }
+            std::mt19937 gen{uint32_t(rank)};
+            std::uniform_real_distribution<float> dist(-1.f, 1.f);
+            std::vector<float> data(700001);
+            for (auto& x : data) x = dist(gen);
+            comm.allreduce(data, Topology::kHierarchical);
+            hashes[rank] = hashOf(data);
+          },
+          "",
+          [&](CommOptions& o) {
+            o.node_of = layout;
+            o.shared_memory = shm;
+          });
+      for (int r = 1; r < kWorld; ++r) EXPECT_EQ(hashes[r], hashes[0]) << "rank " << r;
+    }
+  }
 }
 
 TEST(Collective, BroadcastAndBarrier) {
