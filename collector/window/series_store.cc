@@ -44,9 +44,11 @@ class SpinLock {
   std::atomic<bool> flag_{false};
 };
 
-// Cache-line aligned so two writers never share a line.
+// Cache-line aligned so two writers never share a line. The series' kind is copied here so
+// record() reaches everything it needs through the shard alone.
 struct alignas(64) Shard {
   SpinLock lock;
+  SeriesKind kind{};
   SlidingWindow window;
   double total = 0;  // counters: every increment since creation
   double last = 0;
@@ -59,7 +61,7 @@ struct Series {
   SeriesKind kind{};
   uint64_t hash = 0;
   SeriesId next = kRejectedSeries;  // next series with the same hash
-  std::unique_ptr<Shard[]> shards;
+  std::unique_ptr<Shard[]> shards;  // one per writer
 };
 
 uint64_t fnv1a(uint64_t h, std::string_view s) {
@@ -83,7 +85,8 @@ class ShardedSeriesStore final : public SeriesStore {
         writers_(std::max(config.writers, 1)),
         max_series_(std::min<size_t>(config.max_series, kRejectedSeries - 2)),
         max_labels_(std::min(config.max_labels_per_series, kMaxLabelsHardLimit)),
-        slots_(std::make_unique<std::atomic<Series*>[]>(max_series_)) {
+        slots_(std::make_unique<std::atomic<Series*>[]>(max_series_)),
+        shard_slots_(std::make_unique<std::atomic<Shard*>[]>(max_series_)) {
     config_.writers = writers_;
     const int64_t step = std::max<int64_t>(config.step.count(), 1);
     const int64_t window = std::max<int64_t>(config.window.count(), step);
@@ -123,27 +126,31 @@ class ShardedSeriesStore final : public SeriesStore {
     series->kind = kind;
     series->hash = h;
     series->shards = std::make_unique<Shard[]>(size_t(writers_));
-    for (int w = 0; w < writers_; ++w)
+    for (int w = 0; w < writers_; ++w) {
+      series->shards[w].kind = kind;
       series->shards[w].window =
           SlidingWindow(kind == SeriesKind::kDistribution ? sketch_spec_ : spec_);
+    }
     auto [it, inserted] = index_.try_emplace(h, id);
     if (!inserted) {
       series->next = it->second;
       it->second = id;
     }
     slots_[id].store(series.get(), std::memory_order_release);
+    shard_slots_[id].store(series->shards.get(), std::memory_order_release);
     owned_.push_back(std::move(series));
     count_.store(id + 1, std::memory_order_release);
     return id;
   }
 
   void record(int writer, SeriesId id, double value, int64_t now_ns) override {
-    Series* s = seriesAt(id);
-    if (!s || writer < 0 || writer >= writers_ || !std::isfinite(value)) return;
-    Shard& shard = s->shards[size_t(writer)];
+    if (id >= max_series_ || writer < 0 || writer >= writers_ || !std::isfinite(value)) return;
+    Shard* shards = shard_slots_[id].load(std::memory_order_acquire);
+    if (!shards) return;
+    Shard& shard = shards[writer];
     shard.lock.lock();
     const bool windowed = shard.window.add(now_ns, value);
-    if (s->kind == SeriesKind::kCounter) shard.total += value;
+    if (shard.kind == SeriesKind::kCounter) shard.total += value;
     if (now_ns >= shard.last_ns) {
       shard.last = value;
       shard.last_ns = now_ns;
@@ -174,7 +181,8 @@ class ShardedSeriesStore final : public SeriesStore {
 
   size_t memoryBytes() const override {
     std::shared_lock lock(index_mutex_);
-    size_t bytes = sizeof(*this) + max_series_ * sizeof(std::atomic<Series*>) +
+    size_t bytes = sizeof(*this) +
+                   max_series_ * (sizeof(std::atomic<Series*>) + sizeof(std::atomic<Shard*>)) +
                    owned_.capacity() * sizeof(std::unique_ptr<Series>);
     // unordered_map: the bucket array plus one node (next pointer + value + cached hash) each.
     bytes += index_.bucket_count() * sizeof(void*) +
@@ -324,6 +332,7 @@ class ShardedSeriesStore final : public SeriesStore {
   size_t max_labels_;
   WindowSpec spec_, sketch_spec_;
   std::unique_ptr<std::atomic<Series*>[]> slots_;
+  std::unique_ptr<std::atomic<Shard*>[]> shard_slots_;  // record()'s path: id -> shards
   std::atomic<uint32_t> count_{0};
   mutable std::shared_mutex index_mutex_;
   std::unordered_map<uint64_t, SeriesId> index_;

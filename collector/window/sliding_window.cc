@@ -41,7 +41,7 @@ bool SlidingWindow::add(int64_t now_ns, double value) {
     if (!ok) return false;
   }
   buckets_[slot].agg.add(value, now_ns);
-  if (spec_.with_sketch) sketches_[slot].add(value);
+  if (!sketches_.empty()) sketches_[slot].add(value);
   return true;
 }
 

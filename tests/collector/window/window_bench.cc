@@ -160,7 +160,7 @@ int run(const Args& args) {
         });
         char label[64];
         std::snprintf(label, sizeof label, "%s, %d thread%s, %s", kindName(kind), threads,
-                      threads > 1 ? "s" : "", spread ? "10k series" : "1 series");
+                      threads > 1 ? "s" : "", spread ? "random series" : "one series");
         std::printf("%-34s %10.1f %12.1f %7.2fx\n", label, ours, mutex, mutex / ours);
       }
     }
