@@ -23,9 +23,11 @@ class Layout {
  public:
   Layout(size_t count, int world) : count_(count) {
     const size_t n = static_cast<size_t>(world);
-    // At least two segments per chunk so communication overlaps the sums.
+    // At least two segments per chunk so communication overlaps the sums, except for small
+    // chunks, where each extra message costs more latency than the overlap saves.
     per_chunk_ = std::max<size_t>(2, (count + n * RingAllreduce::kMaxSegmentElements - 1) /
                                          (n * RingAllreduce::kMaxSegmentElements));
+    if (count <= n * RingAllreduce::kSmallChunkElements) per_chunk_ = 1;
     seg_ = std::max<size_t>(1, (count + n * per_chunk_ - 1) / (n * per_chunk_));
   }
   size_t perChunk() const { return per_chunk_; }

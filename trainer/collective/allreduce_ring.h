@@ -21,6 +21,8 @@ class RingAllreduce final : public AllreduceAlgorithm {
   // Largest segment in flight; two are in flight per direction. 1 MiB keeps the scratch in cache
   // while amortising per-message overhead (measured in tools/bench.d/allreduce).
   static constexpr size_t kMaxSegmentElements = 256 * 1024;
+  // Chunks up to this size travel as one segment.
+  static constexpr size_t kSmallChunkElements = 16 * 1024;
 
   RingAllreduce(std::shared_ptr<gloo::Context> context, uint64_t slot);
   ~RingAllreduce() override;
