@@ -51,8 +51,12 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The config word rank 0 broadcasts at each step boundary (little-endian, 16 bytes).
-constexpr size_t kWordBytes = 16;
+// The config word rank 0 broadcasts at a step boundary (little-endian): epoch, topology, pinning,
+// and the step of the next broadcast, so every rank agrees on when to sync without a clock.
+constexpr size_t kWordBytes = 24;
+// Sync at most this often: a broadcast costs a round trip, so on millisecond steps syncing every
+// step would double the step time; a decision still lands within one step + this interval.
+constexpr double kSyncIntervalSeconds = 0.025;
 void packWord(const control::ConfigWord& w, uint8_t* p) {
   std::memset(p, 0, kWordBytes);
   wire::putU64(p, w.epoch);
@@ -74,6 +78,8 @@ class RankRunner {
   void refreshThreads();
   void maybeResume();
   void syncConfig(uint64_t step);
+  uint64_t next_sync_step_ = 0;
+  double step_seconds_ewma_ = 0;  // rank 0's estimate, to space syncs
   void checkpoint(uint64_t step_done);
   void log(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -196,7 +202,12 @@ void RankRunner::syncConfig(uint64_t step) {
   }
   uint8_t word[kWordBytes];
   packWord(pending_ && pending_->epoch > config_.epoch ? *pending_ : config_, word);
+  uint64_t every = 1;
+  if (o_.switch_every == 0 && step_seconds_ewma_ > 0)  // the test hook syncs every step
+    every = std::clamp<uint64_t>(uint64_t(kSyncIntervalSeconds / step_seconds_ewma_), 1, 1000);
+  wire::putU64(word + 16, step + every);
   comm_->broadcast(std::span<uint8_t>(word, kWordBytes), 0);
+  next_sync_step_ = wire::getU64(word + 16);
   control::ConfigWord next = unpackWord(word);
   if (next.epoch <= config_.epoch) return;
   const bool repin = next.pinning != config_.pinning;
@@ -311,6 +322,7 @@ int RankRunner::run() {
   const double bytes = double(model_->parameterCount()) * sizeof(float);
   auto last_slow_probe = Clock::now() - std::chrono::seconds(10);
   double loss = 0;
+  double sum_step_s = 0, sum_compute_s = 0, sum_allreduce_s = 0;
   // --overhead-ab: per-step times of the on and off blocks.
   std::vector<double> ab_on, ab_off;
   if (o_.overhead_ab > 0) {
@@ -321,12 +333,18 @@ int RankRunner::run() {
     const bool features_on =
         o_.overhead_ab == 0 || ((step - start_step_) / uint64_t(o_.overhead_ab)) % 2 == 1;
     auto t0 = Clock::now();
-    if (sync && features_on) syncConfig(step);
+    if (sync && features_on && step >= next_sync_step_) syncConfig(step);
     loss = model_->computeGradients(split.train, sharder.batchFor(step));
     auto t1 = Clock::now();
     comm_->allreduce(model_->gradients(), config_.topology);
     auto t2 = Clock::now();
     model_->applyGradients(o_.lr, o_.momentum, grad_scale);
+    sum_compute_s += std::chrono::duration<double>(t1 - t0).count();
+    sum_allreduce_s += std::chrono::duration<double>(t2 - t1).count();
+    const double this_step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    sum_step_s += this_step_s;
+    step_seconds_ewma_ =
+        step_seconds_ewma_ == 0 ? this_step_s : 0.9 * step_seconds_ewma_ + 0.1 * this_step_s;
     if (emitter_ && features_on) {
       const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
       const double ar_s = std::chrono::duration<double>(t2 - t1).count();
@@ -368,6 +386,12 @@ int RankRunner::run() {
               std::string(topologyName(config_.topology)).c_str(),
               std::string(pinModeName(config_.pinning)).c_str(),
               model::hashFloats(model_->parameters()));
+  const double n_steps = double(std::max<uint64_t>(1, o_.steps - std::min(o_.steps, start_step_)));
+  std::printf("bpftrain-train: rank %d: mean step %.6f s (compute %.6f s, allreduce %.6f s, "
+              "busbw %.3g B/s) anon_hugepages %" PRId64 " bytes\n",
+              o_.rank, sum_step_s / n_steps, sum_compute_s / n_steps, sum_allreduce_s / n_steps,
+              collective::busBandwidth(bytes, sum_allreduce_s / n_steps, o_.world),
+              model::anonHugePagesBytes());
   if (verifier_) {
     std::printf("bpftrain-train: rank 0: control accepted %" PRIu64 " rejected %" PRIu64, 
                 verifier_->accepted(), verifier_->rejectedTotal());
