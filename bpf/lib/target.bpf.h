@@ -23,11 +23,22 @@ struct {
 const volatile bool target_all = false;
 const volatile bool target_by_cgroup = false;
 
-static __always_inline int slotOfIds(__u32 tgid, __u64 cgroup_id) {
-  __u32 *slot;
-  if (tgid == 0) /* idle and interrupt context */
-    return -1;
-  slot = bpf_map_lookup_elem(&target_tgids, &tgid);
+/* Bumped by the loader after every change of the target maps: invalidates the caches below. */
+volatile __u32 targets_generation SEC(".data.targets") = 1;
+
+/* Per-CPU memo of the last tgid looked up: consecutive events on a CPU mostly come from the same
+ * process, and an array slot is far cheaper than a hash lookup. One u64, written with one store so
+ * a program nested in an interrupt can never leave a torn entry:
+ * [generation:32][slot+1:9][tgid:23]. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64);
+} target_cache SEC(".maps");
+
+static __always_inline int lookupSlot(__u32 tgid, __u64 cgroup_id) {
+  __u32 *slot = bpf_map_lookup_elem(&target_tgids, &tgid);
   if (slot)
     return *slot;
   if (target_by_cgroup) {
@@ -36,6 +47,26 @@ static __always_inline int slotOfIds(__u32 tgid, __u64 cgroup_id) {
       return *slot;
   }
   return target_all ? BPFTRAIN_SLOT_ALL : -1;
+}
+
+static __always_inline int slotOfIds(__u32 tgid, __u64 cgroup_id) {
+  if (tgid == 0) /* idle and interrupt context */
+    return -1;
+  /* A cgroup can gain a process without a generation bump; tgids above 2^23 are not cached. */
+  if (target_by_cgroup || tgid >= (1u << 23))
+    return lookupSlot(tgid, cgroup_id);
+  __u32 zero = 0;
+  __u64 *memo = bpf_map_lookup_elem(&target_cache, &zero);
+  const __u64 generation = targets_generation;
+  if (memo) {
+    const __u64 entry = *memo;
+    if ((entry & 0x7fffff) == tgid && (entry >> 32) == generation)
+      return (int)((entry >> 23) & 0x1ff) - 1;
+  }
+  int found = lookupSlot(tgid, cgroup_id);
+  if (memo)
+    *memo = (generation << 32) | ((__u64)(found + 1) << 23) | tgid;
+  return found;
 }
 
 /* The slot of the task running this program. */

@@ -196,6 +196,7 @@ class ProbeServiceImpl final : public ProbeService {
 
   void syncTargets(const std::vector<ingest::Sender>& senders);
   void releaseSlot(size_t index);
+  void publishTargets();
   void assignSlot(size_t index, const std::string& key, const WantedTarget& target);
   void attachUsdt(Slot& slot, uint32_t tgid);
   void readCounters(LoadedObject& obj, int64_t now_ns);
@@ -225,6 +226,7 @@ class ProbeServiceImpl final : public ProbeService {
   std::vector<SeriesId> rdma_depth_ids_ = std::vector<SeriesId>(BPFTRAIN_MAX_SLOTS, kUnset);
   std::vector<uint64_t> percpu_buffer_;
   uint64_t targets_dropped_ = 0;
+  uint32_t generation_ = 1;  // the objects' initial targets_generation
 };
 
 LoadedObject* ProbeServiceImpl::object(const std::string& stem) {
@@ -520,6 +522,19 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
       continue;
     }
     assignSlot(next, key, target);
+  }
+  publishTargets();
+}
+
+void ProbeServiceImpl::publishTargets() {
+  // Every object memoizes tgid -> slot per CPU; a new generation makes them look again.
+  ++generation_;
+  for (auto& obj : objects_) {
+    if (!obj->error.empty()) continue;
+    bpf_map* map = bpf_object__find_map_by_name(obj->object, ".data.targets");
+    if (!map) continue;
+    uint32_t key = 0;
+    bpf_map_update_elem(bpf_map__fd(map), &key, &generation_, BPF_ANY);
   }
 }
 
