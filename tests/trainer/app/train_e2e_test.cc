@@ -452,3 +452,64 @@ TEST(TrainE2E, ComputeAndCommunicationThreadsArePinnedAsPlanned) {
 
 }  // namespace
 }  // namespace bpftrain::trainer
+
+namespace bpftrain::trainer {
+namespace {
+
+// Two network namespaces joined by a veth pair, removed again even when the test fails.
+class NamespacePair {
+ public:
+  NamespacePair() {
+    std::string tag = std::to_string(getpid() % 100000);
+    a_ = "bttr" + tag + "a";
+    b_ = "bttr" + tag + "b";
+    ok_ = run("ip netns add " + a_) && run("ip netns add " + b_) &&
+          run("ip link add " + a_ + "v type veth peer name " + b_ + "v") &&
+          run("ip link set " + a_ + "v netns " + a_) && run("ip link set " + b_ + "v netns " + b_) &&
+          run("ip -n " + a_ + " addr add 10.231.7.1/24 dev " + a_ + "v") &&
+          run("ip -n " + b_ + " addr add 10.231.7.2/24 dev " + b_ + "v") &&
+          run("ip -n " + a_ + " link set " + a_ + "v up") &&
+          run("ip -n " + b_ + " link set " + b_ + "v up") &&
+          run("ip -n " + a_ + " link set lo up") && run("ip -n " + b_ + " link set lo up");
+  }
+  ~NamespacePair() {
+    run("ip netns del " + a_ + " 2>/dev/null");
+    run("ip netns del " + b_ + " 2>/dev/null");
+  }
+  bool ok() const { return ok_; }
+  std::string a() const { return a_; }
+  std::string b() const { return b_; }
+
+ private:
+  static bool run(const std::string& c) { return std::system((c + " >/dev/null").c_str()) == 0; }
+  std::string a_, b_;
+  bool ok_ = false;
+};
+
+TEST(TrainE2E, LauncherPlacesRanksInNetworkNamespaces) {
+  if (geteuid() != 0) GTEST_SKIP() << "creating network namespaces needs root";
+  NamespacePair ns;
+  ASSERT_TRUE(ns.ok()) << "ip netns/veth setup failed";
+  Subprocess p(cmd({"--ranks", "2", "--netns", ns.a() + "," + ns.b(), "--steps", "100",
+                    "--collector", "none", "--topology", "hierarchical"}));
+  ASSERT_EQ(p.exitCode(60s), 0) << p.err;
+  auto h = finalHashes(p.out);
+  ASSERT_EQ(h.size(), 2u) << p.out;
+  EXPECT_EQ(h[0], h[1]);
+  EXPECT_NE(p.out.find("rank 0 pid"), std::string::npos);
+  EXPECT_NE(p.out.find(" netns " + ns.a()), std::string::npos);
+  // Each namespace is its own node: local world 1 each.
+  EXPECT_NE(p.out.find("rank 1: world 2 (flags), local rank 0/1"), std::string::npos) << p.out;
+}
+
+TEST(TrainE2E, MissingNamespaceNamesTheFix) {
+  if (geteuid() != 0) GTEST_SKIP() << "entering network namespaces needs root";
+  Subprocess p(cmd({"--ranks", "2", "--netns", "bttr-none-a,bttr-none-b", "--steps", "10",
+                    "--collector", "none"}));
+  EXPECT_EQ(p.exitCode(60s), 1);
+  EXPECT_NE(p.err.find("cannot enter network namespace bttr-none-"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("ip netns add"), std::string::npos) << p.err;
+}
+
+}  // namespace
+}  // namespace bpftrain::trainer
