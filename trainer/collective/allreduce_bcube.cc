@@ -46,18 +46,32 @@ class BcubeAllreduce final : public AllreduceAlgorithm {
   }
 
  private:
+  // Gloo's bcube only waits for its first-step peers' "done with your data" notifications before
+  // returning, so back to back on one instance a fast rank's next reduce-scatter can land in a
+  // later-step peer's receive buffer while that peer still copies out of it (seen as rare
+  // last-bit differences between ranks). Alternating two instances per buffer gives every
+  // receive buffer a full allreduce of slack, which the ring of dependencies guarantees.
+  struct PingPong {
+    std::unique_ptr<gloo::AllreduceBcube<float>> instance[2];
+    int next = 0;
+  };
+
   void runBound(float* ptr, size_t count) {
-    auto& algorithm = cache_.get(ptr, count, [&] {
-      return std::make_unique<gloo::AllreduceBcube<float>>(context_, std::vector<float*>{ptr},
-                                                           static_cast<int>(count));
+    auto& pp = cache_.get(ptr, count, [&] {
+      auto p = std::make_unique<PingPong>();
+      for (auto& i : p->instance)
+        i = std::make_unique<gloo::AllreduceBcube<float>>(context_, std::vector<float*>{ptr},
+                                                          static_cast<int>(count));
+      return p;
     });
-    algorithm.run();
+    pp.instance[pp.next]->run();
+    pp.next ^= 1;
   }
 
   std::shared_ptr<gloo::Context> context_;
   size_t min_elements_ = 0;
   std::vector<float> staging_;
-  BufferCache<gloo::AllreduceBcube<float>> cache_{4};
+  BufferCache<PingPong> cache_{4};
 };
 
 }  // namespace

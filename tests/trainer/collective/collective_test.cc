@@ -161,6 +161,7 @@ TEST(Collective, SwitchingTopologiesInRandomOrderOverOneBuffer) {
   constexpr size_t kLen = 50001;
   constexpr int kSteps = 60;
   std::vector<std::vector<uint64_t>> hashes(kWorld);
+  std::vector<Topology> topologies(kSteps);
   runRanks(kWorld, [&](int rank, Communicator& comm) {
     std::mt19937 pick(42);  // same sequence on every rank, as the controller's broadcast gives
     std::vector<float> data(kLen);
@@ -169,6 +170,7 @@ TEST(Collective, SwitchingTopologiesInRandomOrderOverOneBuffer) {
     for (int step = 0; step < kSteps; ++step) {
       for (auto& x : data) x = dist(gen);
       const Topology t = Topology(pick() % kTopologyCount);
+      if (rank == 0) topologies[size_t(step)] = t;
       comm.allreduce(data, t);
       hashes[rank].push_back(hashOf(data));
       // Exact check with integers on the same buffer, so caches keyed by the pointer are reused.
@@ -183,7 +185,38 @@ TEST(Collective, SwitchingTopologiesInRandomOrderOverOneBuffer) {
       ASSERT_EQ(bad, 0u) << "step " << step << " " << topologyName(t);
     }
   });
-  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(hashes[r], hashes[0]) << "rank " << r;
+  for (int r = 1; r < kWorld; ++r)
+    for (int step = 0; step < kSteps; ++step)
+      EXPECT_EQ(hashes[r][step], hashes[0][step])
+          << "rank " << r << " step " << step << " " << topologyName(topologies[step]);
+}
+
+// Back to back on one buffer (no other traffic in between) is where a rank can run ahead into a
+// peer's receive buffer: every topology, worlds with 1, 2 and 3 bcube/halving-doubling steps.
+TEST(Collective, BackToBackCallsStayBitIdentical) {
+  constexpr size_t kLen = 20011;
+  constexpr int kCalls = 25;
+  for (int world : {3, 4, 5, 8}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    std::vector<std::vector<uint64_t>> hashes(world);
+    runRanks(world, [&](int rank, Communicator& comm) {
+      std::mt19937 gen{uint32_t(rank + 7)};
+      std::uniform_real_distribution<float> dist(-1.f, 1.f);
+      std::vector<float> data(kLen);
+      for (Topology t : kAll) {
+        for (auto& x : data) x = dist(gen);
+        for (int call = 0; call < kCalls; ++call) {
+          comm.allreduce(data, t);
+          for (auto& x : data) x *= 0.25f;  // keep values finite; still rank-identical
+          hashes[rank].push_back(hashOf(data));
+        }
+      }
+    });
+    for (int r = 1; r < world; ++r)
+      for (size_t i = 0; i < hashes[0].size(); ++i)
+        ASSERT_EQ(hashes[r][i], hashes[0][i])
+            << "rank " << r << " " << topologyName(kAll[i / kCalls]) << " call " << i % kCalls;
+  }
 }
 
 // Hierarchical over node layouts (one node, uneven, interleaved, all alone), with the node stage
