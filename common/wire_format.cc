@@ -52,6 +52,7 @@ MetricInfo metricInfo(MetricId id) {
     case MetricId::kTelemetryDropped: return {"telemetry_dropped", SampleType::kCounter};
     case MetricId::kCheckpointActive: return {"checkpoint_active", SampleType::kGauge};
     case MetricId::kStep: return {"step", SampleType::kGauge};
+    case MetricId::kControlRejected: return {"control_rejected", SampleType::kCounter};
   }
   return {"", SampleType::kGauge};
 }

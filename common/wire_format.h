@@ -45,7 +45,8 @@ enum class MetricId : uint16_t {
   kTelemetryDropped = 12, // samples the emitter dropped because its socket was full
   kCheckpointActive = 13, // 1 while a checkpoint is being written
   kStep = 14,
-  kLast = kStep,
+  kControlRejected = 15,  // controller decisions rank 0 rejected (bad MAC, stale, replay...); reasons in its log
+  kLast = kControlRejected,
 };
 
 enum class SampleType : uint8_t { kGauge = 0, kCounter = 1, kTimer = 2 };

@@ -187,7 +187,12 @@ void RankRunner::syncConfig(uint64_t step) {
   if (o_.rank == 0) {
     control::ConfigWord decision;
     uint64_t arrival = 0;
-    if (receiver_ && receiver_->poll(decision, arrival)) {
+    const uint64_t rejected_before = verifier_ ? verifier_->rejectedTotal() : 0;
+    const bool got = receiver_ && receiver_->poll(decision, arrival);
+    if (emitter_ && verifier_ && verifier_->rejectedTotal() != rejected_before)
+      emitter_->addCounter(MetricId::kControlRejected,
+                           double(verifier_->rejectedTotal() - rejected_before));
+    if (got) {
       pending_ = decision;
       pending_arrival_ns_ = arrival;
       log("decision epoch %" PRIu64 " arrived at %" PRIu64 " ns", decision.epoch, arrival);

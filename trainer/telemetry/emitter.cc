@@ -72,6 +72,7 @@ Emitter::Emitter(const EmitterOptions& options) : options_(options) {
   records_.resize(wire::kMaxSamplesPerFrame);
   ring_.resize(options_.ring_capacity);
   for (auto& s : gauge_set_) s.store(false);
+  for (auto& c : counters_) c.store(0);
 }
 
 Emitter::~Emitter() {
@@ -111,6 +112,11 @@ void Emitter::setGauge(wire::MetricId id, double value) {
   if (i >= kGaugeSlots) return;
   gauges_[i].store(value, std::memory_order_relaxed);
   gauge_set_[i].store(true, std::memory_order_release);
+}
+
+void Emitter::addCounter(wire::MetricId id, double delta) {
+  size_t i = size_t(id);
+  if (i < kGaugeSlots) counters_[i].fetch_add(delta, std::memory_order_relaxed);
 }
 
 void Emitter::setThreads(const std::vector<pid_t>& tids) {
@@ -214,6 +220,10 @@ void Emitter::flushRecords(uint64_t now_ns) {
         id == MetricId::kTelemetryDropped)
       continue;
     add(id, SampleType::kGauge, now_ns, gauges_[i].load(std::memory_order_relaxed));
+  }
+  for (size_t i = 1; i < kGaugeSlots; ++i) {
+    double delta = counters_[i].exchange(0, std::memory_order_relaxed);
+    if (delta != 0) add(MetricId(i), SampleType::kCounter, now_ns, delta);
   }
   // Drops are reported as a counter increment; what this very report loses is counted next tick.
   static_assert(sizeof(uint64_t) == 8);

@@ -57,6 +57,8 @@ class Emitter {
   // ---- training thread (wait-free)
   void pushStep(const StepRecord& r);
   void setGauge(wire::MetricId id, double value);
+  // Adds to a counter; the sum since the last tick is sent as one increment.
+  void addCounter(wire::MetricId id, double delta);
   // Announces a new thread list (sent in the next hello, which goes out at the next tick).
   void setThreads(const std::vector<pid_t>& tids);
 
@@ -84,6 +86,7 @@ class Emitter {
   static constexpr size_t kGaugeSlots = size_t(wire::MetricId::kLast) + 1;
   std::array<std::atomic<double>, kGaugeSlots> gauges_{};
   std::array<std::atomic<bool>, kGaugeSlots> gauge_set_{};
+  std::array<std::atomic<double>, kGaugeSlots> counters_{};
 
   std::mutex tids_mutex_;
   std::vector<uint32_t> tids_;

@@ -207,6 +207,7 @@ class UdpSink {
           if (wire::decodeSamples(f, s) != wire::DecodeError::kNone) continue;
           for (size_t i = 0; i < s.size(); ++i) {
             ++counts[s[i].metric];
+            sums[s[i].metric] += s[i].value;
             last[{f.header.sender_id, s[i].metric}] = s[i].value;
           }
         }
@@ -217,6 +218,7 @@ class UdpSink {
   std::map<uint32_t, size_t> tids;
   std::map<uint64_t, uint32_t> sender_rank;
   std::map<wire::MetricId, int> counts;
+  std::map<wire::MetricId, double> sums;
   std::map<std::pair<uint64_t, wire::MetricId>, double> last;
 
  private:
@@ -331,6 +333,14 @@ TEST(TrainE2E, SignedDecisionSwitchesEveryRankAtTheSameStepForgedAndReplayedAreR
     usleep(20000);
   }
   EXPECT_EQ(epochsSeen(), 3);
+  // Rejections reach telemetry as a counter: bad MAC, replay, stale epoch.
+  deadline = std::chrono::steady_clock::now() + 20s;
+  while (sink.sums[wire::MetricId::kControlRejected] < 3 &&
+         std::chrono::steady_clock::now() < deadline) {
+    sink.drain();
+    usleep(20000);
+  }
+  EXPECT_EQ(sink.sums[wire::MetricId::kControlRejected], 3);
   kill(p.pid(), SIGTERM);
   EXPECT_EQ(p.exitCode(30s), 128 + SIGTERM);
 }
