@@ -2,8 +2,9 @@
 // address and prints one JSON line per samples frame with the fields a scenario measurement
 // needs, stamped with the receive wall clock:
 //   {"wall_ns": N, "rank": R, "step": S, "samples_per_s": X, "topology": T, "epoch": E, ...}
-// Usage: netlab-telemetry-sink ADDR:PORT [--seconds S]   (port 0: the bound port is printed
-// first as {"listening": PORT}). Stops on SIGTERM/SIGINT or after S seconds.
+// Usage: netlab-telemetry-sink ADDR:PORT [--seconds S] [--forward ADDR:PORT]   (port 0: the bound
+// port is printed first as {"listening": PORT}). --forward re-sends every datagram unchanged (to
+// a collector or netlab-controller). Stops on SIGTERM/SIGINT or after S seconds.
 #include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
@@ -42,16 +43,26 @@ int main(int argc, char** argv) {
   }
   std::string addr = argv[1];
   double seconds = 0;
-  if (argc >= 4 && std::string(argv[2]) == "--seconds") seconds = std::atof(argv[3]);
-  size_t colon = addr.rfind(':');
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  if (colon == std::string::npos ||
-      inet_pton(AF_INET, addr.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-    std::fprintf(stderr, "netlab-telemetry-sink: bad address '%s': expected IPv4:PORT\n", addr.c_str());
+  std::string forward;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) == "--seconds") seconds = std::atof(argv[i + 1]);
+    if (std::string(argv[i]) == "--forward") forward = argv[i + 1];
+  }
+  auto parse = [](const std::string& s, sockaddr_in& a) {
+    size_t colon = s.rfind(':');
+    a = sockaddr_in{};
+    a.sin_family = AF_INET;
+    if (colon == std::string::npos || inet_pton(AF_INET, s.substr(0, colon).c_str(), &a.sin_addr) != 1)
+      return false;
+    a.sin_port = htons(uint16_t(std::atoi(s.c_str() + colon + 1)));
+    return true;
+  };
+  sockaddr_in a{}, fwd{};
+  if (!parse(addr, a) || (!forward.empty() && !parse(forward, fwd))) {
+    std::fprintf(stderr, "netlab-telemetry-sink: bad address: expected IPv4:PORT\n");
     return 2;
   }
-  a.sin_port = htons(uint16_t(std::atoi(addr.c_str() + colon + 1)));
+  int fwd_fd = forward.empty() ? -1 : socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   int rcvbuf = 8 << 20;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf);
@@ -75,6 +86,8 @@ int main(int argc, char** argv) {
     ssize_t n = recv(fd, buf.data(), buf.size(), 0);
     if (n <= 0) continue;
     uint64_t now = wallNs();
+    if (fwd_fd >= 0)
+      sendto(fwd_fd, buf.data(), size_t(n), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&fwd), sizeof fwd);
     std::span<const uint8_t> d(buf.data(), size_t(n));
     FrameView f;
     while (!d.empty() && nextFrame(d, f) == DecodeError::kNone) {
