@@ -8,6 +8,7 @@
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -124,6 +125,65 @@ TEST_F(ProbeServiceTest, MigrationsCountTargetOnlyWithinTolerance) {
               total("bpftrain_migrations", {{"scope", "cpu"}}),
               total("bpftrain_migrations", {{"scope", "llc"}}),
               total("bpftrain_migrations", {{"scope", "node"}}));
+}
+
+TEST_F(ProbeServiceTest, AllProcessesCountsUntargetedUnderJobAll) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 online CPUs to migrate";
+  constexpr int64_t kMoves = 100;
+  Child other([] { tests::bpf::pinSelf(0); }, [] { return tests::bpf::migrateSelf(kMoves); });
+  ASSERT_TRUE(other.ready(5s));
+  ProbeOptions options;
+  options.all_processes = true;
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  other.go();
+  int64_t moved = 0;
+  ASSERT_TRUE(other.result(moved, 20s));
+  service->poll(registry_, nowNs());
+  // Everything else on the host migrates too, so only a lower bound is known.
+  EXPECT_GE(total("bpftrain_migrations", {{"job", "all"}, {"rank", "all"}}), moved);
+}
+
+// A cgroup v2 directory made for the test and removed after its processes are gone.
+struct TestCgroup {
+  TestCgroup() {
+    std::ifstream mounts("/proc/mounts");
+    std::string dev, dir, type;
+    std::string rest;
+    while (mounts >> dev >> dir >> type && std::getline(mounts, rest))
+      if (type == "cgroup2") {
+        path = dir + "/bpftrain-test-" + std::to_string(getpid());
+        if (mkdir(path.c_str(), 0755) != 0) path.clear();
+        break;
+      }
+  }
+  ~TestCgroup() {
+    if (!path.empty()) rmdir(path.c_str());
+  }
+  bool add(pid_t pid) const {
+    std::ofstream procs(path + "/cgroup.procs");
+    procs << pid << std::endl;
+    return static_cast<bool>(procs);
+  }
+  std::string path;
+};
+
+TEST_F(ProbeServiceTest, CgroupTargetCountsItsProcesses) {
+  constexpr int64_t kPages = 2000;
+  TestCgroup cgroup;  // outlives the child: rmdir needs it gone
+  if (cgroup.path.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy mounted (see /proc/mounts)";
+  Child member([] {}, [] { return tests::bpf::touchFreshPages(kPages); });
+  ASSERT_TRUE(member.ready(5s));
+  ASSERT_TRUE(cgroup.add(member.pid()));
+  ProbeOptions options;
+  options.cgroups = {cgroup.path};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  member.go();
+  int64_t touched = 0;
+  ASSERT_TRUE(member.result(touched, 20s));
+  service->poll(registry_, nowNs());
+  EXPECT_GE(total("bpftrain_page_faults", {{"job", "cgroup"}, {"rank", "0"}}), kPages);
 }
 
 TEST_F(ProbeServiceTest, FreshPagesFaultAtLeastOnceEach) {
