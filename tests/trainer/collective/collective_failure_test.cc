@@ -1,0 +1,205 @@
+// Rendezvous and failure paths: store timeouts, bad options, redis, dead and hung peers.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "tests/trainer/collective/collective_test_util.h"
+
+namespace bpftrain::trainer::collective {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace test_util;
+
+TEST(Collective, StoreTimeoutNamesTheMissingRanks) {
+  TempDir dir;
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto o = options(dir.path(), r, 4);
+      o.timeout = 700ms;
+      try {
+        Communicator::create(o);
+      } catch (const std::runtime_error& e) {
+        messages[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(messages[r].find("ranks 2,3 of 4 did not join store " + dir.path()),
+              std::string::npos)
+        << messages[r];
+    EXPECT_NE(messages[r].find("within 700ms"), std::string::npos) << messages[r];
+  }
+}
+
+TEST(Collective, BadOptionsAreRejectedWithTheFix) {
+  CommOptions o;
+  o.world = 2;
+  o.rank = 2;
+  o.store = "/tmp";
+  EXPECT_THROW(Communicator::create(o), std::invalid_argument);
+  o.rank = 0;
+  o.node_of = {0};
+  EXPECT_THROW(Communicator::create(o), std::invalid_argument);
+  o.node_of.clear();
+  o.store.clear();
+  try {
+    Communicator::create(o);
+    ADD_FAILURE() << "empty store accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--store"), std::string::npos);
+  }
+}
+
+// A free loopback TCP port for a server we start (bound and released: a small race we accept).
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+bool canConnect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+// Cross-host rendezvous goes through Gloo's RedisStore; tools/setup installs redis-server.
+TEST(Collective, RedisStoreRendezvous) {
+  const int port = freePort();
+  const pid_t server = fork();
+  ASSERT_GE(server, 0);
+  if (server == 0) {
+    const std::string p = std::to_string(port);
+    execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no", (char*)nullptr);
+    _exit(127);  // not installed: the parent's connect deadline reports it
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!canConnect(port) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);  // polling the server's port against a deadline
+  const bool up = canConnect(port);
+  if (up) {
+    EXPECT_NO_THROW(runRanks(
+        3,
+        [](int rank, Communicator& comm) {
+          std::vector<float> data(1001, float(rank + 1));
+          comm.allreduce(data, Topology::kHierarchical);
+          for (float x : data) ASSERT_EQ(x, 6.0f);
+        },
+        "127.0.0.1:" + std::to_string(port)));
+  }
+  kill(server, SIGTERM);
+  waitpid(server, nullptr, 0);
+  ASSERT_TRUE(up) << "redis-server did not start on port " << port
+                  << " (is it installed? tools/setup installs it)";
+}
+
+TEST(Collective, UnreachableRedisStoreSaysSo) {
+  CommOptions o;
+  o.world = 2;
+  o.store = "127.0.0.1:" + std::to_string(freePort());
+  try {
+    Communicator::create(o);
+    ADD_FAILURE() << "unreachable store accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot reach redis store " + o.store), std::string::npos)
+        << e.what();
+  }
+}
+
+// Child-process ranks: `victim` SIGKILLs itself after the first allreduce (dead) or stops
+// participating (hung). Survivors must throw within the timeout; they report through their exit
+// status: 0 = threw with rank info in time, 1 = no exception, 2 = too late, 3 = setup failed.
+void deadPeerScenario(bool kill_victim) {
+  constexpr int kWorld = 4;
+  constexpr int kVictim = 2;
+  constexpr auto kTimeout = 2s;
+  TempDir dir;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kWorld; ++r) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int status = 3;
+      try {
+        auto o = options(dir.path(), r, kWorld);
+        o.timeout = kTimeout;
+        auto comm = Communicator::create(o);
+        std::vector<float> data(1 << 20, 1.0f);
+        comm->allreduce(data, Topology::kRing);
+        if (r == kVictim) {
+          if (kill_victim) raise(SIGKILL);
+          std::this_thread::sleep_for(kTimeout + 2s);  // alive, silent past the others' timeout
+          _exit(0);
+        }
+        const auto start = std::chrono::steady_clock::now();
+        status = 1;
+        try {
+          for (int i = 0; i < 100; ++i) comm->allreduce(data, Topology(i % kTopologyCount));
+        } catch (const std::runtime_error& e) {
+          const bool named = std::string(e.what()).find("rank " + std::to_string(r) + " of 4") !=
+                             std::string::npos;
+          status = std::chrono::steady_clock::now() - start < kTimeout + 1500ms && named ? 0 : 2;
+          if (!named) fprintf(stderr, "rank %d: message lacks rank: %s\n", r, e.what());
+        }
+      } catch (const std::exception& e) {
+        fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      _exit(status);
+    }
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  std::vector<int> status(kWorld, -1);
+  int left = kWorld;
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    int st = 0;
+    pid_t p = waitpid(-1, &st, WNOHANG);
+    if (p > 0) {
+      for (int r = 0; r < kWorld; ++r)
+        if (pids[r] == p) status[r] = st;
+      --left;
+    } else {
+      std::this_thread::sleep_for(10ms);  // polling child exit against a deadline
+    }
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    if (status[r] == -1) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], nullptr, 0);
+    }
+  }
+  ASSERT_EQ(left, 0) << "ranks hung past the deadline";
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kVictim) continue;
+    ASSERT_TRUE(WIFEXITED(status[r])) << "rank " << r;
+    EXPECT_EQ(WEXITSTATUS(status[r]), 0) << "rank " << r;
+  }
+}
+
+TEST(Collective, DeadPeerRaisesWithinTimeout) { deadPeerScenario(/*kill_victim=*/true); }
+
+TEST(Collective, HungPeerRaisesWithinTimeout) { deadPeerScenario(/*kill_victim=*/false); }
+
+}  // namespace
+}  // namespace bpftrain::trainer::collective
