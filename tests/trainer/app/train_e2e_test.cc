@@ -523,3 +523,24 @@ TEST(TrainE2E, MissingNamespaceNamesTheFix) {
 
 }  // namespace
 }  // namespace bpftrain::trainer
+
+namespace bpftrain::trainer {
+namespace {
+
+TEST(TrainE2E, DeadPeerGivesAClearErrorNotAHang) {
+  TempDir store;
+  auto rank = [&](int r) {
+    return cmd({"--rank", std::to_string(r), "--world", "2", "--store", store.path(), "--steps",
+                "100000000", "--collector", "none", "--eval-every", "0", "--timeout", "5"});
+  };
+  Subprocess r0(rank(0)), r1(rank(1));
+  ASSERT_TRUE(r0.waitFor("rank 0: world 2", 60s)) << r0.err;
+  ASSERT_TRUE(r1.waitFor("rank 1: world 2", 60s)) << r1.err;
+  kill(r1.pid(), SIGKILL);
+  EXPECT_EQ(r0.exitCode(30s), 1);
+  EXPECT_NE(r0.err.find("rank 0: error:"), std::string::npos) << r0.err;
+  EXPECT_NE(r0.err.find("peer"), std::string::npos) << r0.err;
+}
+
+}  // namespace
+}  // namespace bpftrain::trainer
