@@ -184,14 +184,17 @@ class ShardedSeriesStore final : public SeriesStore {
     size_t bytes = sizeof(*this) +
                    max_series_ * (sizeof(std::atomic<Series*>) + sizeof(std::atomic<Shard*>)) +
                    owned_.capacity() * sizeof(std::unique_ptr<Series>);
-    // unordered_map: the bucket array plus one node (next pointer + value + cached hash) each.
+    // unordered_map: the bucket array plus one node (next pointer + value; libstdc++ caches no
+    // hash for integer keys) each.
     bytes += index_.bucket_count() * sizeof(void*) +
-             index_.size() * (sizeof(void*) + sizeof(std::pair<uint64_t, SeriesId>) + 8);
+             index_.size() * (sizeof(void*) + sizeof(std::pair<const uint64_t, SeriesId>));
     for (const auto& s : owned_) {
       bytes += sizeof(Series) + heapBytes(s->name);
       bytes += s->labels.capacity() * sizeof(s->labels[0]);
       for (const auto& [k, v] : s->labels) bytes += heapBytes(k) + heapBytes(v);
-      bytes += size_t(writers_) * sizeof(Shard);
+      // new Shard[n] of an over-aligned type with a destructor stores its element count in a
+      // cookie padded to the alignment.
+      bytes += size_t(writers_) * sizeof(Shard) + alignof(Shard);
       for (int w = 0; w < writers_; ++w) {
         Shard& shard = s->shards[size_t(w)];
         shard.lock.lock();

@@ -124,7 +124,7 @@ void BinStore::cover(int32_t lo, int32_t hi, uint32_t max_bins) {
     const int64_t ov_hi = std::min<int64_t>(offset_ + size, new_offset + size);
     if (ov_lo < ov_hi) {
       std::memmove(&bins_[size_t(ov_lo - new_offset)], &bins_[size_t(ov_lo - offset_)],
-                   size_t(ov_hi - ov_lo) * sizeof(uint64_t));
+                   size_t(ov_hi - ov_lo) * sizeof(uint32_t));
       std::fill(bins_.begin(), bins_.begin() + (ov_lo - new_offset), 0);
       std::fill(bins_.begin() + (ov_hi - new_offset), bins_.end(), 0);
     } else {
@@ -133,10 +133,12 @@ void BinStore::cover(int32_t lo, int32_t hi, uint32_t max_bins) {
     offset_ = int32_t(new_offset);
     return;
   }
-  int64_t new_size = std::max<int64_t>({width + width / 2, 2 * size, 32});
+  // Geometric growth (amortized O(1) as a range creeps outward) with modest slack: window
+  // buckets are many and small, so memory per series matters more than the odd reallocation.
+  int64_t new_size = std::max<int64_t>({width + 8, size + size / 2, 32});
   new_size = std::max<int64_t>(std::min<int64_t>(new_size, max_bins), width);
   const int64_t new_offset = lo - (new_size - width) / 2;
-  std::vector<uint64_t> grown(size_t(new_size), 0);
+  std::vector<uint32_t> grown(size_t(new_size), 0);
   const int64_t ov_lo = std::max<int64_t>(offset_, new_offset);
   const int64_t ov_hi = std::min<int64_t>(offset_ + size, new_offset + new_size);
   for (int64_t i = ov_lo; i < ov_hi; ++i)
@@ -167,7 +169,7 @@ void BinStore::add(int32_t index, uint64_t n, uint32_t max_bins) {
         bins_[size_t(i - offset_)] = 0;
       }
       cover(new_lo, index, max_bins);
-      bins_[size_t(new_lo - offset_)] += folded;
+      bump(new_lo, folded);
       lo_ = new_lo;
       collapsed_ = true;
     } else {
@@ -175,7 +177,7 @@ void BinStore::add(int32_t index, uint64_t n, uint32_t max_bins) {
     }
     hi_ = index;
   }
-  bins_[size_t(index - offset_)] += n;
+  bump(index, n);
   total_ += n;
 }
 
@@ -186,7 +188,7 @@ void BinStore::merge(const BinStore& other, uint32_t max_bins) {
   if (int64_t(hi) - lo + 1 <= int64_t(max_bins)) {
     cover(lo, hi, max_bins);
     for (int32_t i = other.lo_; i <= other.hi_; ++i)
-      bins_[size_t(i - offset_)] += other.bins_[size_t(i - other.offset_)];
+      bump(i, other.bins_[size_t(i - other.offset_)]);
     lo_ = lo;
     hi_ = hi;
     total_ += other.total_;
@@ -353,7 +355,7 @@ bool Sketch::deserialize(std::span<const uint8_t> in) {
       }
       index += step;
       total += c;
-      if (index < min_index_ || index > max_index_ || c == 0 || c > kMaxSerializedCount ||
+      if (index < min_index_ || index > max_index_ || c == 0 || c > UINT32_MAX ||
           total > kMaxSerializedCount) {
         clear();
         return false;

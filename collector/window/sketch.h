@@ -18,7 +18,8 @@ namespace bpftrain::collector::window {
 inline constexpr double kDefaultRelativeError = 0.01;
 inline constexpr uint32_t kDefaultMaxBins = 2048;  // per sign; gamma^2048 ~ 6e17 at 1%
 
-// One sign's bins: a dense array of counts covering [offset_, offset_ + bins_.size()).
+// One sign's bins: a dense array of counts covering [offset_, offset_ + bins_.size()). Counts are
+// 32-bit (saturating; a step never holds 2^32 samples in one bin), which halves window memory.
 class BinStore {
  public:
   void add(int32_t index, uint64_t n, uint32_t max_bins);
@@ -34,13 +35,19 @@ class BinStore {
     return i >= 0 && i < int64_t(bins_.size()) ? bins_[size_t(i)] : 0;
   }
   bool collapsed() const { return collapsed_; }
-  size_t memoryBytes() const { return bins_.capacity() * sizeof(uint64_t); }
+  size_t memoryBytes() const { return bins_.capacity() * sizeof(uint32_t); }
   bool operator==(const BinStore& other) const;
 
  private:
   void cover(int32_t lo, int32_t hi, uint32_t max_bins);
 
-  std::vector<uint64_t> bins_;
+  void bump(int32_t index, uint64_t n) {
+    uint32_t& b = bins_[size_t(index - offset_)];
+    const uint64_t v = uint64_t(b) + n;
+    b = v > UINT32_MAX ? UINT32_MAX : uint32_t(v);
+  }
+
+  std::vector<uint32_t> bins_;
   int32_t offset_ = 0;
   int32_t lo_ = 0, hi_ = -1;  // occupied index range, inclusive
   uint64_t total_ = 0;
