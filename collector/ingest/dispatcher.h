@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "collector/ingest/ingest_stats.h"
+#include "collector/ingest/key_table.h"
 #include "collector/ingest/sender_registry.h"
 #include "collector/ingest/statsd.h"
 #include "collector/window/series_store.h"
@@ -56,12 +57,8 @@ class Dispatcher {
   };
 
   struct StatsdEntry {
-    window::SeriesId id;
+    window::SeriesId id = window::kRejectedSeries;
     double gauge = 0;  // last value, for relative (+/-) gauge updates
-  };
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
 
   void handleBinary(std::span<const uint8_t> datagram, int64_t now_ns);
@@ -83,7 +80,7 @@ class Dispatcher {
   int writer_;
   DispatchOptions options_;
   std::unordered_map<uint64_t, SenderState> senders_;
-  std::unordered_map<std::string, StatsdEntry, KeyHash, std::equal_to<>> statsd_;
+  KeyTable<StatsdEntry> statsd_;
   StatsdLine line_;  // reused parse output
   std::array<char, 2 * kMaxStatsdNameLength + kMaxStatsdTags * (kMaxStatsdNameLength + kMaxStatsdTagValueLength + 2) + 8>
       key_buf_;

@@ -6,13 +6,53 @@
 namespace bpftrain::collector::ingest {
 namespace {
 
+// Position of c in s at or after `from`, or npos. Inline: lines are short, and a memchr call
+// per separator cost more than the scan itself in profiles.
+inline size_t findChar(std::string_view s, char c, size_t from = 0) {
+  for (size_t i = from; i < s.size(); ++i)
+    if (s[i] == c) return i;
+  return std::string_view::npos;
+}
+
 bool parseDouble(std::string_view s, double& out) {
   if (s.empty()) return false;
   const char* b = s.data();
   const char* e = b + s.size();
-  if (*b == '+') ++b;  // from_chars takes '-' but not '+'
-  auto [p, ec] = std::from_chars(b, e, out);
-  return ec == std::errc() && p == e;
+  bool neg = false;
+  if (*b == '+' || *b == '-') {  // from_chars takes '-' but not '+'
+    neg = *b == '-';
+    ++b;
+  }
+  // Fast path for plain decimals ("42", "12.5"): digits < 2^53 and at most 15 fraction digits
+  // divide exactly-rounded by a power of ten (Clinger's fast path), the same result from_chars
+  // gives. Anything else (exponents, long mantissas, nan/inf) goes to from_chars.
+  static constexpr double kPow10[] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                      1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+  uint64_t mant = 0;
+  int digits = 0, frac = -1;
+  const char* p = b;
+  for (; p < e; ++p) {
+    if (*p >= '0' && *p <= '9') {
+      mant = mant * 10 + uint64_t(*p - '0');
+      ++digits;
+      if (frac >= 0) ++frac;
+    } else if (*p == '.' && frac < 0) {
+      frac = 0;
+    } else {
+      break;
+    }
+  }
+  if (p == e && digits > 0 && digits <= 15 && frac != 0) {
+    double v = double(mant);
+    if (frac > 0) v /= kPow10[frac];
+    out = neg ? -v : v;
+    return true;
+  }
+  if (*b == '-' || *b == '+') return false;  // "--1", "+-1"
+  auto [q, ec] = std::from_chars(b, e, out);
+  if (ec != std::errc() || q != e) return false;
+  if (neg) out = -out;
+  return true;
 }
 
 }  // namespace
@@ -36,16 +76,16 @@ size_t mapStatsdName(std::string_view raw, char* out, size_t cap) {
 
 std::optional<DecodeReason> parseStatsdLine(std::string_view line, StatsdLine& out) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  size_t colon = line.find(':');
+  size_t colon = findChar(line, ':');
   if (colon == std::string_view::npos || colon == 0) return DecodeReason::kBadLine;
   out.name = line.substr(0, colon);
   if (out.name.size() > kMaxStatsdNameLength) return DecodeReason::kOversized;
   std::string_view rest = line.substr(colon + 1);
-  size_t bar = rest.find('|');
+  size_t bar = findChar(rest, '|');
   if (bar == std::string_view::npos) return DecodeReason::kBadLine;
   std::string_view value = rest.substr(0, bar);
   rest = rest.substr(bar + 1);
-  bar = rest.find('|');
+  bar = findChar(rest, '|');
   std::string_view type = rest.substr(0, bar);
   rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
 
@@ -68,7 +108,7 @@ std::optional<DecodeReason> parseStatsdLine(std::string_view line, StatsdLine& o
   out.tag_count = 0;
   // Optional sections in any order: |@rate and |#tags.
   while (!rest.empty()) {
-    bar = rest.find('|');
+    bar = findChar(rest, '|');
     std::string_view section = rest.substr(0, bar);
     rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
     if (section.size() >= 2 && section[0] == '@') {
@@ -80,12 +120,12 @@ std::optional<DecodeReason> parseStatsdLine(std::string_view line, StatsdLine& o
       out.tags_raw = section.substr(1);
       std::string_view tags = out.tags_raw;
       while (!tags.empty()) {
-        size_t comma = tags.find(',');
+        size_t comma = findChar(tags, ',');
         std::string_view tag = tags.substr(0, comma);
         tags = comma == std::string_view::npos ? std::string_view() : tags.substr(comma + 1);
         if (tag.empty()) continue;
         if (out.tag_count == kMaxStatsdTags) return DecodeReason::kLabelFlood;
-        size_t c = tag.find(':');
+        size_t c = findChar(tag, ':');
         if (c == std::string_view::npos || c == 0 || c + 1 == tag.size())
           return DecodeReason::kBadTag;
         if (c > kMaxStatsdNameLength) return DecodeReason::kBadTag;

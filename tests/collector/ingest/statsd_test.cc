@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <charconv>
+#include <random>
 #include <string>
+#include <vector>
+
+#include "collector/ingest/key_table.h"
 
 namespace bpftrain::collector::ingest {
 namespace {
@@ -102,6 +107,50 @@ TEST(StatsdName, StatsdExporterMapping) {
   EXPECT_EQ(mapped("bad/name"), "");
   EXPECT_EQ(mapped("caf\xc3\xa9"), "");
   EXPECT_EQ(mapped(""), "");
+}
+
+// The parser's fast path for plain decimals must give bit-identical results to from_chars.
+TEST(StatsdParse, DecimalFastPathMatchesFromChars) {
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    std::string v = std::to_string(rng() % 1000000000000000ull);
+    int frac = int(rng() % 8);
+    if (frac > 0 && size_t(frac) < v.size()) v.insert(v.size() - size_t(frac), ".");
+    if (rng() % 2) v = "-" + v;
+    StatsdLine l;
+    ASSERT_FALSE(parseStatsdLine("x:" + v + "|g", l).has_value()) << v;
+    double want;
+    std::from_chars(v.data(), v.data() + v.size(), want);
+    ASSERT_EQ(l.value, want) << v;
+  }
+  StatsdLine l;
+  EXPECT_EQ(parseStatsdLine("x:--1|g", l), DecodeReason::kBadValue);
+  EXPECT_EQ(parseStatsdLine("x:+-1|g", l), DecodeReason::kBadValue);
+  EXPECT_EQ(parseStatsdLine("x:.|g", l), DecodeReason::kBadValue);
+  ASSERT_FALSE(parseStatsdLine("x:.5|g", l).has_value());
+  EXPECT_EQ(l.value, 0.5);
+  ASSERT_FALSE(parseStatsdLine("x:1234567890123456789|g", l).has_value());  // slow path
+  EXPECT_EQ(l.value, 1234567890123456789.0);
+}
+
+TEST(KeyTableTest, FindsEveryKeyAcrossGrowthAndClear) {
+  KeyTable<int> t(16);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5000; ++i) keys.push_back("0|key." + std::to_string(i) + "|tag:" + std::to_string(i % 7));
+  for (int i = 0; i < 5000; ++i) {
+    ASSERT_EQ(t.find(keys[i]), nullptr);
+    t.insert(keys[i], hashKey(keys[i]), i);
+  }
+  EXPECT_EQ(t.size(), 5000u);
+  for (int i = 0; i < 5000; ++i) {
+    int* v = t.find(keys[i]);
+    ASSERT_NE(v, nullptr) << keys[i];
+    EXPECT_EQ(*v, i);
+  }
+  EXPECT_EQ(t.find("0|key.5000|tag:0"), nullptr);
+  t.clear();
+  EXPECT_EQ(t.find(keys[0]), nullptr);
+  EXPECT_EQ(t.size(), 0u);
 }
 
 }  // namespace
