@@ -76,12 +76,20 @@ bool BanditPolicy::pageHinkley(double reward) {
   return alarm;
 }
 
-Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t /*now_ns*/) {
+Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now_ns) {
   Decision d;
   d.to = current;
   if (!f.has_steps) return d;
   ++steps_;
   tokens_ = std::min(config_.bank_steps, tokens_ + config_.budget_fraction);
+  // When a training step is longer than a window step, settling and trials are counted in
+  // training steps: a reading is only new once a step under the new configuration finished.
+  const int64_t dt = last_now_ns_ > 0 && now_ns > last_now_ns_ ? now_ns - last_now_ns_ : 0;
+  last_now_ns_ = now_ns;
+  if (dt > 0 && f.step_p50_s > 0)
+    per_step_ = std::max(1, int(std::ceil(f.step_p50_s * 1e9 / double(dt))));
+  const int settle_steps = config_.settle_steps * per_step_;
+  const int trial_steps = config_.trial_steps * per_step_;
 
   const int cur = armIndex(current);
   if (cur != stint_arm_) {
@@ -103,7 +111,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t /*n
   }
 
   bool changed = false;
-  if (stint_steps_ > config_.settle_steps && f.samples_per_s > 0) {
+  if (stint_steps_ > settle_steps && f.samples_per_s > 0) {
     double reward = f.samples_per_s;
     if (pageHinkley(reward)) {
       // The phase changed: what we know about the other arms is from the old phase.
@@ -111,14 +119,14 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t /*n
       changed = true;
       for (ArmStats& s : stats_) s = ArmStats{};
       resetStint();
-      stint_steps_ = config_.settle_steps + 1;
+      stint_steps_ = settle_steps + 1;
       pageHinkley(reward);
       exploring_ = false;
     }
     observe(size_t(cur), reward);
   }
   // Every stint is measured for trial_steps before anything moves (the minimum dwell).
-  if (stint_obs_ < config_.trial_steps && !changed) return d;
+  if (stint_obs_ < trial_steps && !changed) return d;
   exploring_ = false;
 
   size_t best = bestArm();
@@ -136,12 +144,12 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t /*n
       candidate = i;
     }
   }
-  const double cost = config_.settle_steps + config_.trial_steps;
+  const double cost = settle_steps + trial_steps;
   char buf[256];
   // Untried arms and re-exploration after a change may spend the whole bank; routine re-visits
   // of known arms only a full one.
   const bool urgent = changed || std::isinf(candidate_index);
-  const double needed = urgent ? cost : std::max(cost, config_.bank_steps - 1e-9);
+  const double needed = urgent ? std::min(cost, config_.bank_steps) : config_.bank_steps - 1e-9;
   if (candidate != best && size_t(cur) != candidate &&
       candidate_index > index(best, total_n, scale) && tokens_ >= needed) {
     tokens_ -= cost;

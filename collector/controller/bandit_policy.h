@@ -22,9 +22,10 @@ struct BanditConfig {
   double budget_fraction = 0.05;
   // Tokens held at most, and at start. Routine re-visits of known arms wait for a full bank, so
   // that a phase change (or an untried arm) always finds bank - cost tokens to re-explore with.
-  double bank_steps = 12;
-  int settle_steps = 1;  // observations ignored after a switch (the step still mixes configs)
-  int trial_steps = 2;   // observations per exploration visit, and the minimum stint
+  double bank_steps = 18;
+  // Both in training steps (a training step longer than a window step stretches them).
+  int settle_steps = 1;  // readings ignored after a switch (the step still mixes configs)
+  int trial_steps = 2;   // readings per exploration visit, and the minimum stint
   double switch_margin = 0.03;  // exploit a different arm only when it is this much better
   // Page-Hinkley on reward / stint mean: drift allowance and alarm threshold.
   double ph_delta = 0.05;
@@ -69,6 +70,8 @@ class BanditPolicy final : public Policy {
   double stint_mean_ = 0;
   double ph_up_ = 0, ph_down_ = 0;
   bool exploring_ = false;  // the current stint is an exploration visit
+  int64_t last_now_ns_ = 0;
+  int per_step_ = 1;  // window steps per training step (>= 1)
 };
 
 }  // namespace bpftrain::collector::controller

@@ -18,6 +18,7 @@ constexpr int64_t kStepNs = 500'000'000;
 struct Env {
   std::mt19937 rng{11};
   double noise = 0.05;
+  double step_s = 0.2;  // training step time the features report
   std::function<double(Topology, int)> mean;  // (arm, step) -> samples/s
   double sample(Topology t, int step) {
     std::uniform_real_distribution<double> u(-noise, noise);
@@ -37,6 +38,7 @@ Trace run(BanditPolicy& p, Env& env, int steps, Topology start = Topology::kRing
   for (int s = 0; s < steps; ++s) {
     JobState j;
     j.ranks = 1;
+    j.step_s = env.step_s;
     j.topology = int(cur.topology);
     j.samples_per_s_per_rank = env.sample(cur.topology, s);
     tr.arm_at.push_back(cur.topology);
@@ -135,6 +137,30 @@ TEST(BanditPolicy, ReExploresAndFindsTheNewBestArmAfterAPhaseChange) {
               first_on_new_best, (first_on_new_best - kChange) * 0.5);
   EXPECT_LE(first_on_new_best - kChange, 20);  // within 10 s of 500 ms steps
   EXPECT_GE(shareOn(tr, Topology::kHierarchical, kChange + 40, 600), 0.9);
+}
+
+TEST(BanditPolicy, TrainingStepsLongerThanAWindowStepStretchTrials) {
+  Env env;
+  env.step_s = 1.2;  // 3 window steps per training step
+  env.mean = [](Topology t, int) { return t == Topology::kHalvingDoubling ? 130.0 : 100.0; };
+  BanditPolicy p;
+  Trace tr = run(p, env, 400);
+  EXPECT_EQ(p.bestArm(), 2u);
+  EXPECT_GE(shareOn(tr, Topology::kHalvingDoubling, 150, 400), 0.85);
+  // Every visit lasts settle + trial training steps: at least 9 window steps.
+  int shortest = 1 << 30, run_len = 1;
+  bool first = true;  // the initial stint on ring started before the step time was known
+  for (size_t i = 1; i < 150; ++i) {
+    if (tr.arm_at[i] != tr.arm_at[i - 1]) {
+      if (!first) shortest = std::min(shortest, run_len);
+      first = false;
+      run_len = 1;
+    } else {
+      ++run_len;
+    }
+  }
+  EXPECT_GE(shortest, 9);
+  EXPECT_LE(p.explorationSteps(), int(0.05 * 400 + 18 + 9));
 }
 
 TEST(BanditPolicy, UnknownCurrentConfigurationMovesToAnArm) {
