@@ -6,14 +6,33 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "collector/upstream/forwarder.h"
 #include "collector/upstream/summary_codec.h"
+
+// Counts heap allocations while enabled (the parent's merge must not allocate per frame). The
+// replacement pairs malloc with free, which GCC cannot see through once inlined.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace bpftrain::collector::upstream {
 namespace {
@@ -237,6 +256,24 @@ TEST(Upstream, FramesStayWithinTheFrameSizeAndSplitAcrossFrames) {
   uint64_t counts = 0;
   for (auto& s : parent->snapshot(100 * kSec)) counts += s.count;
   EXPECT_EQ(counts, 400u * 20);
+}
+
+TEST(Upstream, MergingAKnownSeriesAllocatesNothing) {
+  auto child = sampleChild(20);
+  auto frames = encodeStep(*child, child->stepOf(10 * kSec));
+  ASSERT_EQ(frames.size(), 1u);
+  auto parent = SeriesStore::create(config());
+  ASSERT_EQ(applyFrame(frames[0], *parent), DecodeError::kNone);  // creates and sizes
+  g_allocations = 0;
+  g_counting = true;
+  int ok = 0;
+  for (int i = 0; i < 100; ++i) ok += applyFrame(frames[0], *parent) == DecodeError::kNone;
+  g_counting = false;
+  EXPECT_EQ(ok, 100);
+  EXPECT_EQ(g_allocations.load(), 0);
+  uint64_t count = 0;
+  for (auto& s : parent->snapshot(100 * kSec)) count += s.count;
+  EXPECT_EQ(count, 101u * 40 * 20);
 }
 
 TEST(Upstream, SeriesTooLargeForAFrameIsCountedNotSent) {

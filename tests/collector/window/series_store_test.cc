@@ -4,9 +4,27 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
+
+// Counts heap allocations while enabled, to check that the hot path allocates nothing. The
+// replacement pairs malloc with free, which GCC cannot see through once inlined.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace bpftrain::collector::window {
 namespace {
@@ -199,6 +217,36 @@ TEST(SeriesStore, ConcurrentWritersAndSnapshotsKeepExactTotals) {
   }
   EXPECT_EQ(counter_total, uint64_t(kWriters * kPerWriter));
   EXPECT_EQ(dist_count, uint64_t(kWriters * kPerWriter));
+}
+
+TEST(SeriesStore, LookupOfExistingSeriesAndRecordAllocateNothingOnceSized) {
+  auto store = SeriesStore::create(smallConfig(2));
+  Label labels[] = {{"rank", "7"}, {"job", "j"}};
+  SeriesId ids[] = {store->lookup("bpftrain_c", labels, SeriesKind::kCounter),
+                    store->lookup("bpftrain_g", labels, SeriesKind::kGauge),
+                    store->lookup("bpftrain_d", labels, SeriesKind::kDistribution)};
+  std::vector<double> values;
+  for (int i = 0; i < 100; ++i) values.push_back(0.001 * std::pow(1.05, i));
+  auto fill = [&](int64_t from, int steps) {
+    for (int s = 0; s < steps; ++s)
+      for (double v : values)
+        for (SeriesId id : ids) store->record(s % 2, id, v, from + s * 100 * kMs);
+  };
+  const int64_t t0 = 100 * kSec;
+  fill(t0, 22);  // every ring slot of both writers has seen the value range
+  g_allocations = 0;
+  g_counting = true;
+  long found = 0;
+  for (int i = 0; i < 1000; ++i)
+    found += store->lookup("bpftrain_d", labels, SeriesKind::kDistribution) == ids[2];
+  fill(t0 + 22 * 100 * kMs, 60);  // six trips around the ring
+  g_counting = false;
+  EXPECT_EQ(found, 1000);
+  EXPECT_EQ(g_allocations.load(), 0);
+  double per_step = 0;
+  for (double v : values) per_step += v;
+  EXPECT_NEAR(store->snapshotOne(ids[0], t0 + 81 * 100 * kMs).total, 82 * per_step, 1e-9);
+  EXPECT_EQ(store->snapshotOne(ids[2], t0 + 81 * 100 * kMs).count, 11u * 100);
 }
 
 TEST(SeriesStore, MemoryBytesGrowsWithSeriesAndSketches) {
