@@ -225,7 +225,8 @@ class ProbeServiceImpl final : public ProbeService {
       BPFTRAIN_MAX_SLOTS, {kUnset, kUnset, kUnset});
   std::vector<SeriesId> rdma_depth_ids_ = std::vector<SeriesId>(BPFTRAIN_MAX_SLOTS, kUnset);
   std::vector<uint64_t> percpu_buffer_;
-  uint64_t targets_dropped_ = 0;
+  uint64_t targets_dropped_ = 0, targets_dropped_reported_ = 0;  // slots or map entries full
+  SeriesId targets_dropped_id_ = kUnset;
   uint32_t generation_ = 1;  // the objects' initial targets_generation
 };
 
@@ -540,7 +541,12 @@ void ProbeServiceImpl::publishTargets() {
 
 void ProbeServiceImpl::releaseSlot(size_t index) {
   Slot& slot = slots_[index];
-  for (uint32_t tgid : slot.tgids) bpf_map_delete_elem(tgid_map_.get(), &tgid);
+  for (uint32_t tgid : slot.tgids) {
+    // Several senders can share a process (simulated ranks): only remove our own entry.
+    uint32_t owner = 0;
+    if (bpf_map_lookup_elem(tgid_map_.get(), &tgid, &owner) == 0 && owner == index)
+      bpf_map_delete_elem(tgid_map_.get(), &tgid);
+  }
   if (slot.cgroup_id) bpf_map_delete_elem(cgroup_map_.get(), &slot.cgroup_id);
   slot.usdt_links.clear();
   // Zero the slot's counters so its next owner starts from nothing.
@@ -569,7 +575,8 @@ void ProbeServiceImpl::assignSlot(size_t index, const std::string& key, const Wa
   slot.cgroup_id = target.cgroup_id;
   const uint32_t value = static_cast<uint32_t>(index);
   for (uint32_t tgid : slot.tgids) {
-    if (bpf_map_update_elem(tgid_map_.get(), &tgid, &value, BPF_ANY) != 0) {
+    // A process announced by several senders counts under the first of them.
+    if (bpf_map_update_elem(tgid_map_.get(), &tgid, &value, BPF_NOEXIST) != 0 && errno != EEXIST) {
       ++targets_dropped_;
       std::fprintf(stderr, "bpftrain: target map full: pid %u not traced\n", tgid);
     }
@@ -688,6 +695,12 @@ void ProbeServiceImpl::readLossAndStats(int64_t now_ns) {
       probe.lost_id = probeSeries("bpftrain_probe_events_lost", probe.def->name, SeriesKind::kCounter);
     if (total > probe.prev_lost) record(probe.lost_id, static_cast<double>(total - probe.prev_lost), now_ns);
     probe.prev_lost = total;
+  }
+  if (targets_dropped_ > targets_dropped_reported_) {
+    if (targets_dropped_id_ == kUnset)
+      targets_dropped_id_ = store_->lookup("bpftrain_probe_targets_dropped", {}, SeriesKind::kCounter);
+    record(targets_dropped_id_, static_cast<double>(targets_dropped_ - targets_dropped_reported_), now_ns);
+    targets_dropped_reported_ = targets_dropped_;
   }
   for (auto& probe : probes_) {
     if (probe.up_id == kUnset)
