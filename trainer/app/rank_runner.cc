@@ -57,6 +57,9 @@ constexpr size_t kWordBytes = 24;
 // Sync at most this often: a broadcast costs a round trip, so on millisecond steps syncing every
 // step would double the step time; a decision still lands within one step + this interval.
 constexpr double kSyncIntervalSeconds = 0.025;
+// Above this allreduce time, decisions travel by broadcast at the boundary instead of in the tail.
+constexpr double kBroadcastAboveAllreduceSeconds = 0.040;
+constexpr size_t kTailFloats = 8;
 void packWord(const control::ConfigWord& w, uint8_t* p) {
   std::memset(p, 0, kWordBytes);
   wire::putU64(p, w.epoch);
@@ -78,6 +81,15 @@ class RankRunner {
   void refreshThreads();
   void maybeResume();
   void syncConfig(uint64_t step);
+  void collectDecisions(uint64_t step);
+  control::ConfigWord outgoingWord() const;
+  void applyConfig(const control::ConfigWord& next, uint64_t step);
+  void writeTail(uint64_t step, bool collect);
+  void readTail();
+  uint64_t collected_step_ = ~uint64_t{0};
+  std::optional<control::ConfigWord> staged_;  // from the last allreduce, applied at the next step
+  bool broadcast_mode_ = false;
+  double allreduce_seconds_ewma_ = 0;
   uint64_t next_sync_step_ = 0;
   double step_seconds_ewma_ = 0;  // rank 0's estimate, to space syncs
   void checkpoint(uint64_t step_done);
@@ -183,37 +195,37 @@ void RankRunner::maybeResume() {
 }
 
 // At a step boundary: rank 0 broadcasts the config word; every rank applies a newer one now.
-void RankRunner::syncConfig(uint64_t step) {
-  if (o_.rank == 0) {
-    control::ConfigWord decision;
-    uint64_t arrival = 0;
-    const uint64_t rejected_before = verifier_ ? verifier_->rejectedTotal() : 0;
-    const bool got = receiver_ && receiver_->poll(decision, arrival);
-    if (emitter_ && verifier_ && verifier_->rejectedTotal() != rejected_before)
-      emitter_->addCounter(MetricId::kControlRejected,
-                           double(verifier_->rejectedTotal() - rejected_before));
-    if (got) {
-      pending_ = decision;
-      pending_arrival_ns_ = arrival;
-      log("decision epoch %" PRIu64 " arrived at %" PRIu64 " ns", decision.epoch, arrival);
-    }
-    if (o_.switch_every > 0 && step > start_step_ && step % uint64_t(o_.switch_every) == 0) {
-      uint64_t r = mix(o_.switch_seed ^ mix(step));
-      uint64_t base = std::max(config_.epoch, pending_ ? pending_->epoch : 0);
-      pending_ = control::ConfigWord{base + 1, Topology(r % kTopologyCount),
-                                     PinMode((r >> 8) % kPinModeCount)};
-      pending_arrival_ns_ = realtimeNs();
-    }
+// Rank 0: picks up verified controller decisions (and the test hook's draws) as pending.
+void RankRunner::collectDecisions(uint64_t step) {
+  if (o_.rank != 0 || collected_step_ == step) return;
+  collected_step_ = step;
+  control::ConfigWord decision;
+  uint64_t arrival = 0;
+  const uint64_t rejected_before = verifier_ ? verifier_->rejectedTotal() : 0;
+  const bool got = receiver_ && receiver_->poll(decision, arrival);
+  if (emitter_ && verifier_ && verifier_->rejectedTotal() != rejected_before)
+    emitter_->addCounter(MetricId::kControlRejected,
+                         double(verifier_->rejectedTotal() - rejected_before));
+  if (got) {
+    pending_ = decision;
+    pending_arrival_ns_ = arrival;
+    log("decision epoch %" PRIu64 " arrived at %" PRIu64 " ns", decision.epoch, arrival);
   }
-  uint8_t word[kWordBytes];
-  packWord(pending_ && pending_->epoch > config_.epoch ? *pending_ : config_, word);
-  uint64_t every = 1;
-  if (o_.switch_every == 0 && step_seconds_ewma_ > 0)  // the test hook syncs every step
-    every = std::clamp<uint64_t>(uint64_t(kSyncIntervalSeconds / step_seconds_ewma_), 1, 1000);
-  wire::putU64(word + 16, step + every);
-  comm_->broadcast(std::span<uint8_t>(word, kWordBytes), 0);
-  next_sync_step_ = wire::getU64(word + 16);
-  control::ConfigWord next = unpackWord(word);
+  if (o_.switch_every > 0 && step > start_step_ && step % uint64_t(o_.switch_every) == 0) {
+    uint64_t r = mix(o_.switch_seed ^ mix(step));
+    uint64_t base = std::max(config_.epoch, pending_ ? pending_->epoch : 0);
+    pending_ = control::ConfigWord{base + 1, Topology(r % kTopologyCount),
+                                   PinMode((r >> 8) % kPinModeCount)};
+    pending_arrival_ns_ = realtimeNs();
+  }
+}
+
+control::ConfigWord RankRunner::outgoingWord() const {
+  return pending_ && pending_->epoch > config_.epoch ? *pending_ : config_;
+}
+
+// Every rank runs this at the same step with the same word.
+void RankRunner::applyConfig(const control::ConfigWord& next, uint64_t step) {
   if (next.epoch <= config_.epoch) return;
   const bool repin = next.pinning != config_.pinning;
   config_ = next;
@@ -231,7 +243,54 @@ void RankRunner::syncConfig(uint64_t step) {
       o_.rank == 0 && pending_arrival_ns_ ? (" (arrived " + std::to_string(pending_arrival_ns_) +
                                              " ns)").c_str()
                                           : "");
-  pending_.reset();
+  if (pending_ && pending_->epoch <= config_.epoch) {
+    pending_.reset();
+    pending_arrival_ns_ = 0;
+  }
+}
+
+// Broadcast path (long allreduces): rank 0 broadcasts the word at a step boundary and every rank
+// applies it before this step's allreduce.
+void RankRunner::syncConfig(uint64_t step) {
+  collectDecisions(step);
+  uint8_t word[kWordBytes];
+  packWord(outgoingWord(), word);
+  uint64_t every = 1;
+  if (step_seconds_ewma_ > 0)
+    every = std::clamp<uint64_t>(uint64_t(kSyncIntervalSeconds / step_seconds_ewma_), 1, 1000);
+  wire::putU64(word + 16, step + every);
+  comm_->broadcast(std::span<uint8_t>(word, kWordBytes), 0);
+  next_sync_step_ = wire::getU64(word + 16);
+  applyConfig(unpackWord(word), step);
+}
+
+// Piggyback path: the word rides in the tail of the gradient buffer. Only rank 0 writes non-zero
+// values, so the allreduce's sum is rank 0's word exactly, on every rank, at no extra round trip.
+void RankRunner::writeTail(uint64_t step, bool collect) {
+  std::span<float> tail = model_->gradientTail();
+  std::fill(tail.begin(), tail.end(), 0.0f);
+  if (o_.rank != 0) return;
+  if (collect) collectDecisions(step);
+  control::ConfigWord w = outgoingWord();
+  tail[0] = 1;
+  tail[1] = float(w.epoch & 0xFFFF);
+  tail[2] = float((w.epoch >> 16) & 0xFFFF);
+  tail[3] = float((w.epoch >> 32) & 0xFFFF);
+  tail[4] = float(uint8_t(w.topology));
+  tail[5] = float(uint8_t(w.pinning));
+  // Long allreduces make the piggyback slow to deliver (a decision that just missed one waits for
+  // the next): switch to a broadcast at each boundary, where its cost is small against the step.
+  tail[6] = o_.switch_every == 0 && allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds;
+}
+
+void RankRunner::readTail() {
+  std::span<const float> tail = model_->gradientTail();
+  if (tail[0] != 1) return;  // the world did not carry rank 0's word (cannot happen with a sum)
+  control::ConfigWord w{uint64_t(tail[1]) | uint64_t(tail[2]) << 16 | uint64_t(tail[3]) << 32,
+                        Topology(uint8_t(tail[4]) % kTopologyCount),
+                        PinMode(uint8_t(tail[5]) % kPinModeCount)};
+  if (w.epoch > config_.epoch) staged_ = w;
+  broadcast_mode_ = tail[6] != 0;
 }
 
 void RankRunner::checkpoint(uint64_t step_done) {
@@ -254,7 +313,8 @@ int RankRunner::run() {
   const std::string data_path = o_.data.empty() ? model::defaultDigitsPath() : o_.data;
   model::Split split = model::splitDataset(model::loadDigits(data_path), 0.2, o_.seed);
   model::Sharder sharder(split.train.rows(), o_.rank, o_.world, o_.batch, o_.seed);
-  model_ = std::make_unique<model::Mlp>(o_.model, std::max(o_.batch, 128), o_.hugepages);
+  model_ = std::make_unique<model::Mlp>(o_.model, std::max(o_.batch, 128), o_.hugepages,
+                                        kTailFloats);
   model_->initialize(o_.seed);
   config_ = {0, o_.topology, o_.pin};
 
@@ -273,7 +333,7 @@ int RankRunner::run() {
   co.bind_address = o_.bind;
   co.node_of = o_.node_of;
   co.timeout = std::chrono::seconds(o_.timeout_s);
-  co.max_elements = model_->parameterCount();
+  co.max_elements = model_->gradientsWithTail().size();
   if (o_.backend == "nccl") {
 #ifdef BPFTRAIN_WITH_NCCL_BACKEND
     comm_ = createNcclCommunicator(co);
@@ -338,11 +398,17 @@ int RankRunner::run() {
     const bool features_on =
         o_.overhead_ab == 0 || ((step - start_step_) / uint64_t(o_.overhead_ab)) % 2 == 1;
     auto t0 = Clock::now();
-    if (sync && features_on && step >= next_sync_step_) syncConfig(step);
+    if (staged_) {  // carried by the previous step's allreduce: every rank applies it now
+      applyConfig(*staged_, step);
+      staged_.reset();
+    }
+    if (sync && broadcast_mode_ && features_on && step >= next_sync_step_) syncConfig(step);
     loss = model_->computeGradients(split.train, sharder.batchFor(step));
+    if (sync) writeTail(step, features_on);
     auto t1 = Clock::now();
-    comm_->allreduce(model_->gradients(), config_.topology);
+    comm_->allreduce(model_->gradientsWithTail(), config_.topology);
     auto t2 = Clock::now();
+    if (sync) readTail();
     model_->applyGradients(o_.lr, o_.momentum, grad_scale);
     sum_compute_s += std::chrono::duration<double>(t1 - t0).count();
     sum_allreduce_s += std::chrono::duration<double>(t2 - t1).count();
@@ -350,6 +416,9 @@ int RankRunner::run() {
     sum_step_s += this_step_s;
     step_seconds_ewma_ =
         step_seconds_ewma_ == 0 ? this_step_s : 0.9 * step_seconds_ewma_ + 0.1 * this_step_s;
+    const double ar_s = std::chrono::duration<double>(t2 - t1).count();
+    allreduce_seconds_ewma_ =
+        allreduce_seconds_ewma_ == 0 ? ar_s : 0.9 * allreduce_seconds_ewma_ + 0.1 * ar_s;
     if (emitter_ && features_on) {
       const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
       const double ar_s = std::chrono::duration<double>(t2 - t1).count();

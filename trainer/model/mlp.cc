@@ -39,7 +39,7 @@ bool parseModelSpec(std::string_view text, ModelSpec& out, std::string& error) {
 
 void useSingleThreadedBlas() { openblas_set_num_threads(1); }
 
-Mlp::Mlp(const ModelSpec& spec, int max_batch, bool hugepages)
+Mlp::Mlp(const ModelSpec& spec, int max_batch, bool hugepages, size_t gradient_tail)
     : spec_(spec), max_batch_(max_batch) {
   size_t offset = 0;
   int in = spec.inputs;
@@ -51,7 +51,7 @@ Mlp::Mlp(const ModelSpec& spec, int max_batch, bool hugepages)
     in = out;
   }
   params_ = HugeBuffer(offset, hugepages);
-  grads_ = HugeBuffer(offset, hugepages);
+  grads_ = HugeBuffer(offset + gradient_tail, hugepages);
   velocity_ = HugeBuffer(offset, hugepages);
   act_.resize(layers_.size() + 1);
   act_[0].resize(size_t(max_batch) * size_t(spec.inputs));

@@ -30,7 +30,9 @@ void useSingleThreadedBlas();
 
 class Mlp {
  public:
-  Mlp(const ModelSpec& spec, int max_batch, bool hugepages);
+  // `gradient_tail` extra floats follow the gradients in the same buffer: the trainer lets small
+  // control words ride along with the gradient allreduce.
+  Mlp(const ModelSpec& spec, int max_batch, bool hugepages, size_t gradient_tail = 0);
 
   // Deterministic He initialisation from `seed`: the same bits on every rank.
   void initialize(uint64_t seed);
@@ -43,7 +45,10 @@ class Mlp {
   double accuracy(const Dataset& data);
 
   std::span<float> parameters() { return params_.span(); }
-  std::span<float> gradients() { return grads_.span(); }
+  std::span<float> gradients() { return grads_.span().first(params_.size()); }
+  // The gradients and the tail: what one allreduce sums.
+  std::span<float> gradientsWithTail() { return grads_.span(); }
+  std::span<float> gradientTail() { return grads_.span().subspan(params_.size()); }
   std::span<float> momentum() { return velocity_.span(); }
   const HugeBuffer& parameterBuffer() const { return params_; }
   const HugeBuffer& gradientBuffer() const { return grads_; }

@@ -84,30 +84,44 @@ TEST(TrainerBench, TelemetryAndAdaptiveOverheadOnStepTime) {
   Fixture f;
   struct Run {
     std::string model;
-    int steps, block;
+    int steps, block, repeats;
   };
-  std::vector<Run> runs = kFull ? std::vector<Run>{{"digits", 6000, 50}, {"mlp:1024x2", 400, 10}}
-                                : std::vector<Run>{{"digits", 400, 20}};
+  // Each run alternates blocks of steps with telemetry (100 Hz) + adaptive mode on and off; the
+  // medians of both halves come from the same processes at the same time, so load from others on
+  // this shared machine hits both. Repeats show the run-to-run spread.
+  std::vector<Run> runs = kFull ? std::vector<Run>{{"digits", 4000, 20, 3},
+                                                   {"mlp:1024x2", 400, 10, 3},
+                                                   {"mlp:4096x2", 40, 4, 1}}
+                                : std::vector<Run>{{"digits", 400, 20, 1}};
   std::printf("\n%-12s %6s %14s %14s %10s\n", "model", "ranks", "off (median)", "on (median)",
               "overhead");
   for (const Run& r : runs) {
-    Subprocess p({kTrain, "--ranks", "2", "--model", r.model, "--steps", std::to_string(r.steps),
-                  "--overhead-ab", std::to_string(r.block), "--adaptive", "--secret",
-                  f.secret_file, "--control", "127.0.0.1:0", "--collector", f.sink_address,
-                  "--metrics-hz", "100", "--eval-every", "0", "--quiet"});
-    ASSERT_EQ(p.exitCode(600s), 0) << p.err;
-    std::regex re(R"(rank 0: overhead_ab median step off ([0-9.]+) s on ([0-9.]+) s overhead ([-+0-9.]+)%)");
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(p.out, m, re)) << p.out;
-    std::printf("%-12s %6d %12.3f ms %12.3f ms %+9.2f%%\n", r.model.c_str(), 2,
-                std::stod(m[1]) * 1e3, std::stod(m[2]) * 1e3, std::stod(m[3]));
+    std::vector<double> overheads;
+    for (int rep = 0; rep < r.repeats; ++rep) {
+      Subprocess p({kTrain, "--ranks", "2", "--model", r.model, "--steps",
+                    std::to_string(r.steps), "--overhead-ab", std::to_string(r.block),
+                    "--adaptive", "--secret", f.secret_file, "--control", "127.0.0.1:0",
+                    "--collector", f.sink_address, "--metrics-hz", "100", "--eval-every", "0",
+                    "--quiet"});
+      ASSERT_EQ(p.exitCode(600s), 0) << p.err;
+      std::regex re(
+          R"(rank 0: overhead_ab median step off ([0-9.]+) s on ([0-9.]+) s overhead ([-+0-9.]+)%)");
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(p.out, m, re)) << p.out;
+      overheads.push_back(std::stod(m[3]));
+      std::printf("%-12s %6d %12.3f ms %12.3f ms %+9.2f%%\n", r.model.c_str(), 2,
+                  std::stod(m[1]) * 1e3, std::stod(m[2]) * 1e3, std::stod(m[3]));
+    }
+    std::sort(overheads.begin(), overheads.end());
+    if (overheads.size() > 1)
+      std::printf("%-12s median overhead of %zu runs: %+.2f%% (goal <= 1%%)\n", r.model.c_str(),
+                  overheads.size(), overheads[overheads.size() / 2]);
   }
 }
 
-TEST(TrainerBench, SwitchLatencyFromDecisionArrivalToEveryRank) {
+void measureSwitchLatency(const std::string& model, int decisions) {
   Fixture f;
   const int ranks = 3;
-  const std::string model = kFull ? "mlp:1024x2" : "mlp:256x2";
   Subprocess p({kTrain, "--ranks", std::to_string(ranks), "--model", model, "--steps",
                 "1000000000", "--adaptive", "--secret", f.secret_file, "--control", "127.0.0.1:0",
                 "--job", "bench", "--collector", f.sink_address, "--eval-every", "0"});
@@ -123,15 +137,17 @@ TEST(TrainerBench, SwitchLatencyFromDecisionArrivalToEveryRank) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const int decisions = kFull ? 20 : 5;
-  std::printf("\n%-6s %-17s %12s %10s %12s %s\n", "epoch", "topology", "latency", "step",
+  std::printf("\nswitch latency, %d ranks, --model %s\n", ranks, model.c_str());
+  std::printf("%-6s %-17s %12s %10s %12s %s\n", "epoch", "topology", "latency", "step",
               "step+50ms", "ok");
   int ok = 0;
+  double last_step_ms = 100;
+  uint64_t prev_step = 0, prev_time = 0;
   for (int e = 1; e <= decisions; ++e) {
     Topology t = Topology(e % kTopologyCount);
     auto d = signedDecision("bench", uint64_t(e), t, PinMode::kNone, f.secret);
-    // Arrive at a random point within a step.
-    usleep(useconds_t(50'000 + (e * 37'000) % 150'000));
+    // Arrive at a different point within a step each time.
+    usleep(useconds_t(20'000 + double((e * 37) % 100) / 100 * last_step_ms * 1000));
     sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
     std::string tag = "applied epoch " + std::to_string(e) + " at step ";
     ASSERT_TRUE(p.readUntil([&] {
@@ -149,7 +165,6 @@ TEST(TrainerBench, SwitchLatencyFromDecisionArrivalToEveryRank) {
     }
     ASSERT_GT(arrival, 0u);
     // Step time right now: from the previous epoch's apply on rank 0 to this one.
-    static uint64_t prev_step = 0, prev_time = 0;
     std::smatch r0;
     std::regex rank0("rank 0: applied epoch " + std::to_string(e) + R"( at step (\d+): .* at (\d+) ns)");
     std::regex_search(p.out, r0, rank0);
@@ -157,6 +172,7 @@ TEST(TrainerBench, SwitchLatencyFromDecisionArrivalToEveryRank) {
     double step_ms = prev_step > 0 && step > prev_step ? double(t0 - prev_time) / double(step - prev_step) / 1e6 : 0;
     prev_step = step;
     prev_time = t0;
+    if (step_ms > 0) last_step_ms = step_ms;
     double latency_ms = double(last - arrival) / 1e6;
     bool within = step_ms > 0 && latency_ms <= step_ms + 50;
     ok += within;
@@ -168,6 +184,13 @@ TEST(TrainerBench, SwitchLatencyFromDecisionArrivalToEveryRank) {
   std::printf("switch latency within one step + 50 ms: %d of %d measured\n", ok, decisions - 1);
   kill(p.pid(), SIGTERM);
   p.exitCode(30s);
+}
+
+TEST(TrainerBench, SwitchLatencyFromDecisionArrivalToEveryRank) {
+  // Small allreduces: decisions ride in the gradient allreduce's tail. Large ones (> 40 ms):
+  // rank 0 broadcasts the config word at each step boundary.
+  measureSwitchLatency(kFull ? "mlp:1024x2" : "mlp:256x2", kFull ? 20 : 5);
+  if (kFull) measureSwitchLatency("mlp:4096x2", 6);
 }
 
 }  // namespace
