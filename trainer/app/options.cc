@@ -73,6 +73,7 @@ std::string usage() {
   --netns NS0,NS1,...       launcher: run rank i inside network namespace NSi
   --data FILE               digits.csv.gz (default: from tools/setup)
   --timeout S               rendezvous / dead-peer / stop timeout in seconds (default 30)
+  --sync auto|tail|broadcast  how decisions reach all ranks (default auto, see docs/trainer.md)
 )";
 }
 
@@ -209,6 +210,10 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
       if (!intFlag(o.switch_seed, 0, std::numeric_limits<long long>::max())) return std::nullopt;
     } else if (flag == "--overhead-ab") {
       if (!intFlag(o.overhead_ab, 1, 1 << 30)) return std::nullopt;
+    } else if (flag == "--sync") {
+      if (!strFlag(o.sync)) return std::nullopt;
+      if (o.sync != "auto" && o.sync != "tail" && o.sync != "broadcast")
+        return fail("--sync " + o.sync + ": expected auto, tail or broadcast");
     } else if (flag == "--quiet") {
       o.quiet = true;
     } else {

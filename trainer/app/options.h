@@ -60,6 +60,7 @@ struct Options {
   int switch_every = 0;
   uint64_t switch_seed = 0;
   int overhead_ab = 0;
+  std::string sync = "auto";  // how config words travel: auto | tail | broadcast
   bool quiet = false;
 };
 

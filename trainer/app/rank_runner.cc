@@ -256,7 +256,7 @@ void RankRunner::syncConfig(uint64_t step) {
   uint8_t word[kWordBytes];
   packWord(outgoingWord(), word);
   uint64_t every = 1;
-  if (step_seconds_ewma_ > 0)
+  if (step_seconds_ewma_ > 0 && o_.switch_every == 0)  // the test hook syncs every step
     every = std::clamp<uint64_t>(uint64_t(kSyncIntervalSeconds / step_seconds_ewma_), 1, 1000);
   wire::putU64(word + 16, step + every);
   comm_->broadcast(std::span<uint8_t>(word, kWordBytes), 0);
@@ -280,7 +280,9 @@ void RankRunner::writeTail(uint64_t step, bool collect) {
   tail[5] = float(uint8_t(w.pinning));
   // Long allreduces make the piggyback slow to deliver (a decision that just missed one waits for
   // the next): switch to a broadcast at each boundary, where its cost is small against the step.
-  tail[6] = o_.switch_every == 0 && allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds;
+  tail[6] = o_.sync == "broadcast" ||
+            (o_.sync == "auto" && o_.switch_every == 0 &&
+             allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds);
 }
 
 void RankRunner::readTail() {
@@ -383,6 +385,7 @@ int RankRunner::run() {
       std::string(pinModeName(config_.pinning)).c_str(), start_step_, o_.steps);
 
   const bool sync = o_.adaptive || o_.switch_every > 0;
+  broadcast_mode_ = o_.sync == "broadcast";
   const float grad_scale = 1.0f / float(o_.world);
   const double bytes = double(model_->parameterCount()) * sizeof(float);
   auto last_slow_probe = Clock::now() - std::chrono::seconds(10);

@@ -79,9 +79,13 @@ TEST(TrainE2E, DefaultRunReachesTestAccuracy) {
   EXPECT_GE(finalAccuracy(p.out), 0.95) << p.out;
 }
 
-TEST(TrainE2E, RanksStayBitIdenticalAcrossRandomTopologyAndPinningSwitches) {
+class SwitchPath : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(TrainE2E, SwitchPath, ::testing::Values("tail", "broadcast"));
+
+// Through both ways a config word reaches the ranks: the allreduce tail and the broadcast.
+TEST_P(SwitchPath, RanksStayBitIdenticalAcrossRandomTopologyAndPinningSwitches) {
   Subprocess p(cmd({"--ranks", "4", "--steps", "200", "--switch-every", "5", "--switch-seed", "11",
-                    "--node-of", "0,0,1,1", "--collector", "none"}));
+                    "--node-of", "0,0,1,1", "--collector", "none", "--sync", GetParam()}));
   ASSERT_EQ(p.exitCode(90s), 0) << p.err;
   auto hashes = finalHashes(p.out);
   ASSERT_EQ(hashes.size(), 4u) << p.out;
