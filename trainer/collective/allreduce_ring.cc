@@ -88,19 +88,43 @@ void RingAllreduce::runRange(gloo::transport::UnboundBuffer& buf, size_t offset,
     }
   };
 
+  // Receives are posted as early as possible: Gloo then tells the sender "receive ready" before it
+  // sends, and the sender writes straight from its thread instead of a round trip through both
+  // transport threads. Allgather receives use their own slot so they can be posted up front.
+  const uint64_t ag_slot = slot_ + 1;
+  auto agRecv = [&](size_t i) { return layout.segment(mod(r - long(i / k), n), i % k); };
+  auto agSend = [&](size_t i) { return layout.segment(mod(r + 1 - long(i / k), n), i % k); };
+  // Safe to land allgather data in buf before this rank's reduce-scatter ends: chunk r-s only
+  // arrives after its sum went around the whole ring, i.e. after our raw chunk r-s was received.
+  for (size_t i = 0; i < iterations; ++i) {
+    const Segment in = agRecv(i);
+    if (in.len > 0)
+      buf.recv(left, ag_slot, base_bytes + in.start * sizeof(float), in.len * sizeof(float));
+  }
+
   // Reduce-scatter: at step s rank r sends chunk r-s and receives chunk r-s-1, adding it to its
-  // own.
+  // own. The scratch holds `slots` segments, so that many receives are in flight.
+  const size_t seg_elems = layout.segmentElements();
+  const size_t slots = std::min(iterations, std::max<size_t>(2, scratch_.size() / seg_elems));
   auto rsRecv = [&](size_t i) { return layout.segment(mod(r - long(i / k) - 1, n), i % k); };
   auto rsSend = [&](size_t i) { return layout.segment(mod(r - long(i / k), n), i % k); };
+  size_t posted = 0;
+  auto postRecv = [&] {
+    const Segment in = rsRecv(posted);
+    if (in.len > 0)
+      scratch_buf_->recv(left, slot_, (posted % slots) * seg_bytes, in.len * sizeof(float));
+    ++posted;
+  };
   auto finishRecv = [&](size_t i) {
     const Segment seg = rsRecv(i);
-    if (seg.len == 0) return;
-    scratch_buf_->waitRecv(timeout);
-    sumInto(base + seg.start, scratch_.data() + (i & 1) * layout.segmentElements(), seg.len);
+    if (seg.len > 0) {
+      scratch_buf_->waitRecv(timeout);
+      sumInto(base + seg.start, scratch_.data() + (i % slots) * seg_elems, seg.len);
+    }
+    if (posted < iterations) postRecv();  // reuses the slot just summed
   };
+  while (posted < slots) postRecv();
   for (size_t i = 0; i < iterations; ++i) {
-    const Segment in = rsRecv(i);
-    if (in.len > 0) scratch_buf_->recv(left, slot_, (i & 1) * seg_bytes, in.len * sizeof(float));
     if (i > 0) finishRecv(i - 1);
     const Segment out = rsSend(i);
     if (out.len > 0) {
@@ -113,21 +137,16 @@ void RingAllreduce::runRange(gloo::transport::UnboundBuffer& buf, size_t offset,
   throttleSends(0);
 
   // Allgather: rank r now owns chunk r+1; at step s it sends chunk r+1-s and receives chunk r-s.
-  auto agRecv = [&](size_t i) { return layout.segment(mod(r - long(i / k), n), i % k); };
-  auto agSend = [&](size_t i) { return layout.segment(mod(r + 1 - long(i / k), n), i % k); };
   size_t waited = 0;  // iterations whose receive has completed, in order
   auto waitRecvsThrough = [&](size_t i) {
     for (; waited <= i; ++waited)
       if (agRecv(waited).len > 0) buf.waitRecv(timeout);
   };
   for (size_t i = 0; i < iterations; ++i) {
-    const Segment in = agRecv(i);
-    if (in.len > 0)
-      buf.recv(left, slot_, base_bytes + in.start * sizeof(float), in.len * sizeof(float));
     const Segment out = agSend(i);
     if (i >= k) waitRecvsThrough(i - k);  // forwarding what arrived one step ago
     if (out.len > 0) {
-      buf.send(right, slot_, base_bytes + out.start * sizeof(float), out.len * sizeof(float));
+      buf.send(right, ag_slot, base_bytes + out.start * sizeof(float), out.len * sizeof(float));
       ++pending_sends;
       throttleSends(2);
     }
