@@ -1,6 +1,10 @@
 // Task migrations of target processes: cross-CPU (same LLC), cross-LLC or cross-node, using the
 // CPU->LLC and CPU->node tables the loader fills from sysfs before load.
-#include "vmlinux.h"
+// clang-format off
+#include "vmlinux.h"  // first: the types every header below uses
+// clang-format on
+
+#include "bpf/migrations.h"
 
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
@@ -8,7 +12,6 @@
 
 #include "bpf/lib/counters.bpf.h"
 #include "bpf/lib/target.bpf.h"
-#include "bpf/migrations.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -22,24 +25,21 @@ struct task_struct___cpu_in_task {
   unsigned int cpu;
 } __attribute__((preserve_access_index));
 
-static __always_inline __u32 taskCpu(struct task_struct *task) {
+static __always_inline __u32 taskCpu(struct task_struct* task) {
   if (bpf_core_field_exists(task->thread_info.cpu))
     return task->thread_info.cpu;  // a trusted tp_btf pointer: a plain load, no probe_read
-  return BPF_CORE_READ((struct task_struct___cpu_in_task *)task, cpu);
+  return BPF_CORE_READ((struct task_struct___cpu_in_task*)task, cpu);
 }
 
 SEC("tp_btf/sched_migrate_task")
-int BPF_PROG(on_migrate_task, struct task_struct *task, int dest_cpu) {
+int BPF_PROG(on_migrate_task, struct task_struct* task, int dest_cpu) {
   int slot = taskSlot(task);
-  if (slot < 0)
-    return 0;
-  struct migration_counts *c = slotCounts(&counts, slot);
-  if (!c)
-    return 0;
+  if (slot < 0) return 0;
+  struct migration_counts* c = slotCounts(&counts, slot);
+  if (!c) return 0;
   __u32 from = taskCpu(task);
   __u32 to = (__u32)dest_cpu;
-  if (from >= BPFTRAIN_MAX_CPUS || to >= BPFTRAIN_MAX_CPUS)
-    return 0;
+  if (from >= BPFTRAIN_MAX_CPUS || to >= BPFTRAIN_MAX_CPUS) return 0;
   // The mask after an opaque barrier survives optimisation, so the verifier sees each index
   // bounded right where it is used (clang folds the check above into one test of from|to).
   barrier_var(from);

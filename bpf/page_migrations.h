@@ -2,6 +2,10 @@
 #ifndef BPFTRAIN_BPF_PAGE_MIGRATIONS_H
 #define BPFTRAIN_BPF_PAGE_MIGRATIONS_H
 
+#ifndef __VMLINUX_H__ /* user space; BPF code has the types from vmlinux.h */
+#include <linux/types.h>
+#endif
+
 #define PAGE_MIGRATION_REASONS 16
 
 struct page_migration_counts {

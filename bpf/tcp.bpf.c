@@ -2,7 +2,11 @@
 // current task is not the socket's owner, so ownership is learned in process context
 // (tcp:tcp_sendmsg_locked) into an LRU map keyed by the socket address. Depth samples are rate
 // limited per socket (sample_interval_ns) and go through a ring buffer; a full one is counted.
-#include "vmlinux.h"
+// clang-format off
+#include "vmlinux.h"  // first: the types every header below uses
+// clang-format on
+
+#include "bpf/tcp.h"
 
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
@@ -10,7 +14,6 @@
 
 #include "bpf/lib/counters.bpf.h"
 #include "bpf/lib/target.bpf.h"
-#include "bpf/tcp.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -32,12 +35,11 @@ struct {
 } samples SEC(".maps");
 
 SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(on_tcp_sendmsg, const struct sock *sk) {
+int BPF_PROG(on_tcp_sendmsg, const struct sock* sk) {
   int slot = currentSlot();
-  if (slot < 0)
-    return 0;
+  if (slot < 0) return 0;
   __u64 key = (__u64)sk;
-  struct tcp_owner *owner = bpf_map_lookup_elem(&owners, &key);
+  struct tcp_owner* owner = bpf_map_lookup_elem(&owners, &key);
   if (owner) {
     owner->slot = (__u32)slot;
     return 0;
@@ -50,22 +52,18 @@ int BPF_PROG(on_tcp_sendmsg, const struct sock *sk) {
 }
 
 SEC("tp_btf/tcp_probe")
-int BPF_PROG(on_tcp_probe, struct sock *sk) {
+int BPF_PROG(on_tcp_probe, struct sock* sk) {
   __u64 key = (__u64)sk;
-  struct tcp_owner *owner = bpf_map_lookup_elem(&owners, &key);
-  if (!owner)
-    return 0;
+  struct tcp_owner* owner = bpf_map_lookup_elem(&owners, &key);
+  if (!owner) return 0;
   __u64 now = bpf_ktime_get_ns();
-  if (now - owner->last_sample_ns < sample_interval_ns)
-    return 0;
+  if (now - owner->last_sample_ns < sample_interval_ns) return 0;
   owner->last_sample_ns = now;
-  struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-  if (!tp)
-    return 0;
-  struct tcp_counts *c = slotCounts(&counts, owner->slot);
-  if (c)
-    c->samples++;
-  struct tcp_sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+  struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
+  if (!tp) return 0;
+  struct tcp_counts* c = slotCounts(&counts, owner->slot);
+  if (c) c->samples++;
+  struct tcp_sample* s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
   if (!s) {
     BPFTRAIN_COUNT_LOST();
     return 0;
@@ -81,19 +79,17 @@ int BPF_PROG(on_tcp_probe, struct sock *sk) {
 }
 
 SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(on_tcp_retransmit, const struct sock *sk) {
+int BPF_PROG(on_tcp_retransmit, const struct sock* sk) {
   __u64 key = (__u64)sk;
-  struct tcp_owner *owner = bpf_map_lookup_elem(&owners, &key);
-  if (!owner)
-    return 0;
-  struct tcp_counts *c = slotCounts(&counts, owner->slot);
-  if (c)
-    c->retransmits++;
+  struct tcp_owner* owner = bpf_map_lookup_elem(&owners, &key);
+  if (!owner) return 0;
+  struct tcp_counts* c = slotCounts(&counts, owner->slot);
+  if (c) c->retransmits++;
   return 0;
 }
 
 SEC("tp_btf/tcp_destroy_sock")
-int BPF_PROG(on_tcp_destroy, struct sock *sk) {
+int BPF_PROG(on_tcp_destroy, struct sock* sk) {
   __u64 key = (__u64)sk;
   bpf_map_delete_elem(&owners, &key);
   return 0;

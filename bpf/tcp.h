@@ -2,6 +2,10 @@
 #ifndef BPFTRAIN_BPF_TCP_H
 #define BPFTRAIN_BPF_TCP_H
 
+#ifndef __VMLINUX_H__ /* user space; BPF code has the types from vmlinux.h */
+#include <linux/types.h>
+#endif
+
 struct tcp_counts {
   __u64 retransmits; /* tcp:tcp_retransmit_skb on a target's socket */
   __u64 samples;     /* depth samples offered to the ring buffer */

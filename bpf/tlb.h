@@ -2,6 +2,10 @@
 #ifndef BPFTRAIN_BPF_TLB_H
 #define BPFTRAIN_BPF_TLB_H
 
+#ifndef __VMLINUX_H__ /* user space; BPF code has the types from vmlinux.h */
+#include <linux/types.h>
+#endif
+
 #define TLB_FLUSH_REASONS 8
 
 struct tlb_flush_counts {

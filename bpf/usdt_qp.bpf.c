@@ -1,6 +1,10 @@
 // RDMA queue depth from USDT probes that the trainer's RDMA transport (and the NCCL profiler
 // plugin) fire: bpftrain:qp_post(qp, outstanding) and bpftrain:qp_complete(qp, outstanding).
-#include "vmlinux.h"
+// clang-format off
+#include "vmlinux.h"  // first: the types every header below uses
+// clang-format on
+
+#include "bpf/usdt_qp.h"
 
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
@@ -9,7 +13,6 @@
 
 #include "bpf/lib/counters.bpf.h"
 #include "bpf/lib/target.bpf.h"
-#include "bpf/usdt_qp.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -23,14 +26,13 @@ struct {
 
 static __always_inline void onQpEvent(long qp, long outstanding, __u32 completion) {
   int slot = currentSlot();
-  struct qp_counts *c = slotCounts(&counts, slot);
-  if (!c)
-    return;
+  struct qp_counts* c = slotCounts(&counts, slot);
+  if (!c) return;
   if (completion)
     c->completions++;
   else
     c->posts++;
-  struct qp_sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+  struct qp_sample* s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
   if (!s) {
     BPFTRAIN_COUNT_LOST();
     return;

@@ -2,6 +2,10 @@
 #ifndef BPFTRAIN_BPF_USDT_QP_H
 #define BPFTRAIN_BPF_USDT_QP_H
 
+#ifndef __VMLINUX_H__ /* user space; BPF code has the types from vmlinux.h */
+#include <linux/types.h>
+#endif
+
 struct qp_counts {
   __u64 posts;       /* bpftrain:qp_post */
   __u64 completions; /* bpftrain:qp_complete */

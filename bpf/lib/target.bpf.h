@@ -38,13 +38,11 @@ struct {
 } target_cache SEC(".maps");
 
 static __always_inline int lookupSlot(__u32 tgid, __u64 cgroup_id) {
-  __u32 *slot = bpf_map_lookup_elem(&target_tgids, &tgid);
-  if (slot)
-    return *slot;
+  __u32* slot = bpf_map_lookup_elem(&target_tgids, &tgid);
+  if (slot) return *slot;
   if (target_by_cgroup) {
     slot = bpf_map_lookup_elem(&target_cgroups, &cgroup_id);
-    if (slot)
-      return *slot;
+    if (slot) return *slot;
   }
   return target_all ? BPFTRAIN_SLOT_ALL : -1;
 }
@@ -53,10 +51,9 @@ static __always_inline int slotOfIds(__u32 tgid, __u64 cgroup_id) {
   if (tgid == 0) /* idle and interrupt context */
     return -1;
   /* A cgroup can gain a process without a generation bump; tgids above 2^23 are not cached. */
-  if (target_by_cgroup || tgid >= (1u << 23))
-    return lookupSlot(tgid, cgroup_id);
+  if (target_by_cgroup || tgid >= (1u << 23)) return lookupSlot(tgid, cgroup_id);
   __u32 zero = 0;
-  __u64 *memo = bpf_map_lookup_elem(&target_cache, &zero);
+  __u64* memo = bpf_map_lookup_elem(&target_cache, &zero);
   const __u64 generation = targets_generation;
   if (memo) {
     const __u64 entry = *memo;
@@ -64,8 +61,7 @@ static __always_inline int slotOfIds(__u32 tgid, __u64 cgroup_id) {
       return (int)((entry >> 23) & 0x1ff) - 1;
   }
   int found = lookupSlot(tgid, cgroup_id);
-  if (memo)
-    *memo = (generation << 32) | ((__u64)(found + 1) << 23) | tgid;
+  if (memo) *memo = (generation << 32) | ((__u64)(found + 1) << 23) | tgid;
   return found;
 }
 
@@ -76,10 +72,9 @@ static __always_inline int currentSlot(void) {
 }
 
 /* The slot of another task (BTF pointer from a tp_btf argument). */
-static __always_inline int taskSlot(struct task_struct *task) {
+static __always_inline int taskSlot(struct task_struct* task) {
   __u64 cgroup_id = 0;
-  if (target_by_cgroup)
-    cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+  if (target_by_cgroup) cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
   return slotOfIds(task->tgid, cgroup_id);
 }
 

@@ -8,8 +8,9 @@
 
 #include <cstdint>
 
-#define BPFTRAIN_QP_POST(qp_num, outstanding) \
-  DTRACE_PROBE2(bpftrain, qp_post, static_cast<uint32_t>(qp_num), static_cast<uint32_t>(outstanding))
-#define BPFTRAIN_QP_COMPLETE(qp_num, outstanding)                        \
+#define BPFTRAIN_QP_POST(qp_num, outstanding)                     \
+  DTRACE_PROBE2(bpftrain, qp_post, static_cast<uint32_t>(qp_num), \
+                static_cast<uint32_t>(outstanding))
+#define BPFTRAIN_QP_COMPLETE(qp_num, outstanding)                     \
   DTRACE_PROBE2(bpftrain, qp_complete, static_cast<uint32_t>(qp_num), \
                 static_cast<uint32_t>(outstanding))

@@ -67,7 +67,8 @@ CpuTopology readCpuTopology(int possible_cpus, const std::string& root) {
       }
     }
     // Distinct LLCs on distinct nodes must not compare equal: fold the node into the id.
-    topo.llc[cpu] = have_llc ? static_cast<uint32_t>(llc_id) + (node << 20) : (node << 20) | 0xfffff;
+    topo.llc[cpu] =
+        have_llc ? static_cast<uint32_t>(llc_id) + (node << 20) : (node << 20) | 0xfffff;
   }
   return topo;
 }
@@ -107,7 +108,8 @@ std::vector<std::string> kernelEnumNames(const char* enum_name, const char* stri
 bool kernelHasRawTracepoint(const std::string& tracepoint) {
   auto b = vmlinuxBtf();
   if (!b) return false;
-  return btf__find_by_name_kind(b.get(), ("btf_trace_" + tracepoint).c_str(), BTF_KIND_TYPEDEF) >= 0;
+  return btf__find_by_name_kind(b.get(), ("btf_trace_" + tracepoint).c_str(), BTF_KIND_TYPEDEF) >=
+         0;
 }
 
 std::vector<std::string> missingBpfCapabilities() {

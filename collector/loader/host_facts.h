@@ -15,7 +15,8 @@ struct CpuTopology {
 
 // CPU -> last-level-cache id and CPU -> NUMA node from /sys/devices/system/cpu. A CPU whose cache
 // topology is not exposed gets its node's id as LLC id (so it never counts as cross-LLC).
-CpuTopology readCpuTopology(int possible_cpus, const std::string& sysfs_cpu_root = "/sys/devices/system/cpu");
+CpuTopology readCpuTopology(int possible_cpus,
+                            const std::string& sysfs_cpu_root = "/sys/devices/system/cpu");
 
 // log2(PMD huge page size / page size); 9 on x86-64. 0 when THP is not configured.
 uint32_t thpOrder();

@@ -83,17 +83,21 @@ std::string errnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 // One probe as the user sees it (--list-probes, bpftrain_probe_up{probe}).
 struct ProbeDef {
   const char* name;
-  const char* stem;                        // BPF object; nullptr: no program can serve it here
-  std::vector<const char*> programs;       // programs that must attach for the probe to be up
-  const char* source;                      // for --list-probes
+  const char* stem;                   // BPF object; nullptr: no program can serve it here
+  std::vector<const char*> programs;  // programs that must attach for the probe to be up
+  const char* source;                 // for --list-probes
 };
 
 const std::vector<ProbeDef>& probeDefs() {
   static const std::vector<ProbeDef> defs = {
       {"migrations", "migrations", {"on_migrate_task"}, "tp_btf sched:sched_migrate_task"},
-      {"numa_moves", "numa_moves", {"on_move_numa", "on_swap_numa", "on_stick_numa"},
+      {"numa_moves",
+       "numa_moves",
+       {"on_move_numa", "on_swap_numa", "on_stick_numa"},
        "tracepoints sched:sched_{move,swap,stick}_numa"},
-      {"page_migrations", "page_migrations", {"on_migrate_pages"},
+      {"page_migrations",
+       "page_migrations",
+       {"on_migrate_pages"},
        "tracepoint migrate:mm_migrate_pages"},
       {"tlb_flush", "tlb", {"on_tlb_flush"}, "tp_btf tlb:tlb_flush"},
       {"page_faults", "faults", {"on_page_fault_user"}, "tp_btf exceptions:page_fault_user"},
@@ -103,9 +107,13 @@ const std::vector<ProbeDef>& probeDefs() {
       {"node_load_misses", "pmu", {"on_node_load_miss"}, "PMU PERF_TYPE_HW_CACHE node read miss"},
       {"node_loads", "pmu", {"on_node_load"}, "PMU PERF_TYPE_HW_CACHE node read access"},
       {"numa_hint_faults", nullptr, {}, "NUMA hinting-fault tracepoint (none in mainline)"},
-      {"tcp", "tcp", {"on_tcp_sendmsg", "on_tcp_probe", "on_tcp_retransmit", "on_tcp_destroy"},
+      {"tcp",
+       "tcp",
+       {"on_tcp_sendmsg", "on_tcp_probe", "on_tcp_retransmit", "on_tcp_destroy"},
        "tp_btf tcp:tcp_sendmsg_locked, tcp:tcp_probe, tcp:tcp_retransmit_skb"},
-      {"rdma_usdt", "usdt_qp", {"on_qp_post", "on_qp_complete"},
+      {"rdma_usdt",
+       "usdt_qp",
+       {"on_qp_post", "on_qp_complete"},
        "USDT bpftrain:qp_post / bpftrain:qp_complete (per target process)"},
   };
   return defs;
@@ -115,7 +123,7 @@ const std::vector<ProbeDef>& probeDefs() {
 struct CounterDef {
   int probe = -1;  // index into probes_; not read while that probe is down
   std::string metric;
-  std::string label_name;   // extra label besides job/rank, "" for none
+  std::string label_name;  // extra label besides job/rank, "" for none
   std::string label_value;
 };
 
@@ -221,8 +229,8 @@ class ProbeServiceImpl final : public ProbeService {
   bool synced_once_ = false;
   uint64_t registry_version_ = 0;
   int64_t poll_now_ns_ = 0;
-  std::vector<std::array<SeriesId, 3>> tcp_ids_ = std::vector<std::array<SeriesId, 3>>(
-      BPFTRAIN_MAX_SLOTS, {kUnset, kUnset, kUnset});
+  std::vector<std::array<SeriesId, 3>> tcp_ids_ =
+      std::vector<std::array<SeriesId, 3>>(BPFTRAIN_MAX_SLOTS, {kUnset, kUnset, kUnset});
   std::vector<SeriesId> rdma_depth_ids_ = std::vector<SeriesId>(BPFTRAIN_MAX_SLOTS, kUnset);
   std::vector<uint64_t> percpu_buffer_;
   uint64_t targets_dropped_ = 0, targets_dropped_reported_ = 0;  // slots or map entries full
@@ -300,9 +308,11 @@ void ProbeServiceImpl::init() {
   // again (kernel.bpf_stats_enabled restored) when the collector exits, even on a crash.
   if (options_.bpf_stats) {
     int fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-    if (fd >= 0) stats_fd_ = UniqueFd(fd);
-    else std::fprintf(stderr, "bpftrain: bpf_stats not enabled (%s): probe run time not exported\n",
-                      errnoText(errno).c_str());
+    if (fd >= 0)
+      stats_fd_ = UniqueFd(fd);
+    else
+      std::fprintf(stderr, "bpftrain: bpf_stats not enabled (%s): probe run time not exported\n",
+                   errnoText(errno).c_str());
   }
   tgid_map_ = UniqueFd(bpf_map_create(BPF_MAP_TYPE_HASH, "bt_tgids", sizeof(uint32_t),
                                       sizeof(uint32_t), BPFTRAIN_MAX_TARGET_PIDS, nullptr));
@@ -317,7 +327,8 @@ void ProbeServiceImpl::init() {
   const CpuTopology topo = readCpuTopology(ncpus_);
   loadObject<migrations_bpf>("migrations", migrations_bpf__open, migrations_bpf__load,
                              migrations_bpf__destroy, [&](migrations_bpf* s) {
-                               for (size_t c = 0; c < topo.llc.size() && c < BPFTRAIN_MAX_CPUS; ++c) {
+                               for (size_t c = 0; c < topo.llc.size() && c < BPFTRAIN_MAX_CPUS;
+                                    ++c) {
                                  s->rodata->cpu_llc[c] = topo.llc[c];
                                  s->rodata->cpu_node[c] = topo.node[c];
                                }
@@ -329,15 +340,18 @@ void ProbeServiceImpl::init() {
                                   [](page_migrations_bpf*) {});
   loadObject<tlb_bpf>("tlb", tlb_bpf__open, tlb_bpf__load, tlb_bpf__destroy, [](tlb_bpf*) {});
   const uint32_t thp_order = thpOrder();
-  loadObject<faults_bpf>("faults", faults_bpf__open, faults_bpf__load, faults_bpf__destroy,
-                         [&](faults_bpf* s) { s->rodata->thp_order = thp_order ? thp_order : 255; });
+  loadObject<faults_bpf>(
+      "faults", faults_bpf__open, faults_bpf__load, faults_bpf__destroy,
+      [&](faults_bpf* s) { s->rodata->thp_order = thp_order ? thp_order : 255; });
   loadObject<pmu_bpf>("pmu", pmu_bpf__open, pmu_bpf__load, pmu_bpf__destroy, [](pmu_bpf*) {});
   loadObject<tcp_bpf>("tcp", tcp_bpf__open, tcp_bpf__load, tcp_bpf__destroy, [&](tcp_bpf* s) {
     s->rodata->sample_interval_ns = options_.tcp_sample_interval_ns;
   });
   loadObject<usdt_qp_bpf>("usdt_qp", usdt_qp_bpf__open, usdt_qp_bpf__load, usdt_qp_bpf__destroy,
                           [](usdt_qp_bpf*) {});
-  if (thp_order == 0) markDown(probes_[probeIndex("thp_faults")], "transparent huge pages are not configured in this kernel");
+  if (thp_order == 0)
+    markDown(probes_[probeIndex("thp_faults")],
+             "transparent huge pages are not configured in this kernel");
 
   for (auto& obj : objects_) defineCounters(*obj);
   attachProbes();
@@ -356,16 +370,19 @@ void ProbeServiceImpl::defineCounters(LoadedObject& obj) {
   auto addEnum = [&](const char* probe, const char* metric, const char* label,
                      const std::vector<std::string>& names, size_t n) {
     for (size_t i = 0; i < n; ++i)
-      add(probe, metric, label, i < names.size() && !names[i].empty() ? names[i] : std::to_string(i));
+      add(probe, metric, label,
+          i < names.size() && !names[i].empty() ? names[i] : std::to_string(i));
   };
   if (obj.stem == "migrations") {
-    for (const char* scope : {"cpu", "llc", "node"}) add("migrations", "bpftrain_migrations", "scope", scope);
+    for (const char* scope : {"cpu", "llc", "node"})
+      add("migrations", "bpftrain_migrations", "scope", scope);
   } else if (obj.stem == "numa_moves") {
     for (const char* kind : {"move", "swap", "stick"})
       add("numa_moves", "bpftrain_numa_task_moves", "kind", kind);
   } else if (obj.stem == "page_migrations") {
     addEnum("page_migrations", "bpftrain_page_migrations", "reason",
-            kernelEnumNames("migrate_reason", "MR_", PAGE_MIGRATION_REASONS), PAGE_MIGRATION_REASONS);
+            kernelEnumNames("migrate_reason", "MR_", PAGE_MIGRATION_REASONS),
+            PAGE_MIGRATION_REASONS);
   } else if (obj.stem == "tlb") {
     addEnum("tlb_flush", "bpftrain_tlb_flushes", "reason",
             kernelEnumNames("tlb_flush_reason", "TLB_", TLB_FLUSH_REASONS), TLB_FLUSH_REASONS);
@@ -392,7 +409,8 @@ void ProbeServiceImpl::defineCounters(LoadedObject& obj) {
     obj.lost_probe = probeIndex(obj.stem == "tcp" ? "tcp" : "rdma_usdt");
   }
   if (bpf_map* samples = bpf_object__find_map_by_name(obj.object, "samples")) {
-    auto callback = obj.stem == "tcp" ? &ProbeServiceImpl::onTcpSample : &ProbeServiceImpl::onQpSample;
+    auto callback =
+        obj.stem == "tcp" ? &ProbeServiceImpl::onTcpSample : &ProbeServiceImpl::onQpSample;
     obj.ring.reset(ring_buffer__new(bpf_map__fd(samples), callback, this, nullptr));
   }
 }
@@ -407,7 +425,8 @@ void ProbeServiceImpl::attachPmu(Probe& probe, LoadedObject& obj, uint32_t cache
   attr.disabled = 0;
   bpf_program* prog = bpf_object__find_program_by_name(obj.object, probe.def->programs[0]);
   for (int cpu = 0; cpu < ncpus_; ++cpu) {
-    int fd = static_cast<int>(syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    int fd =
+        static_cast<int>(syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
     if (fd < 0) {
       if (errno == ENODEV && cpu > 0) continue;  // offline CPU
       const int err = errno;
@@ -435,9 +454,10 @@ void ProbeServiceImpl::attachProbes() {
     if (!def.stem) {
       // Mainline kernels (6.18 included) have no tracepoint for a NUMA hinting fault, and the
       // kprobe/fentry that could count one are unavailable: say so, and where to look instead.
-      markDown(probe, "no NUMA hinting-fault tracepoint in this kernel and kprobes/fentry are "
-                      "unavailable; NUMA-misplaced pages are counted in "
-                      "bpftrain_page_migrations_total{reason=\"numa_misplaced\"}");
+      markDown(probe,
+               "no NUMA hinting-fault tracepoint in this kernel and kprobes/fentry are "
+               "unavailable; NUMA-misplaced pages are counted in "
+               "bpftrain_page_migrations_total{reason=\"numa_misplaced\"}");
       continue;
     }
     if (!probe.reason.empty()) continue;  // already known to be down (missing tracepoint)
@@ -448,10 +468,14 @@ void ProbeServiceImpl::attachProbes() {
     }
     if (def.stem == std::string("pmu")) {
       const std::string name = def.name;
-      if (name == "dtlb_misses") attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_DTLB, PERF_COUNT_HW_CACHE_RESULT_MISS);
-      if (name == "itlb_misses") attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_ITLB, PERF_COUNT_HW_CACHE_RESULT_MISS);
-      if (name == "node_load_misses") attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_NODE, PERF_COUNT_HW_CACHE_RESULT_MISS);
-      if (name == "node_loads") attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_NODE, PERF_COUNT_HW_CACHE_RESULT_ACCESS);
+      if (name == "dtlb_misses")
+        attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_DTLB, PERF_COUNT_HW_CACHE_RESULT_MISS);
+      if (name == "itlb_misses")
+        attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_ITLB, PERF_COUNT_HW_CACHE_RESULT_MISS);
+      if (name == "node_load_misses")
+        attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_NODE, PERF_COUNT_HW_CACHE_RESULT_MISS);
+      if (name == "node_loads")
+        attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_NODE, PERF_COUNT_HW_CACHE_RESULT_ACCESS);
       if (probe.reason.empty()) probe.up = true;
       continue;
     }
@@ -509,8 +533,10 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
   std::set<std::string> present;
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (!slots_[i].used) continue;
-    if (!wanted.count(slots_[i].key)) releaseSlot(i);
-    else present.insert(slots_[i].key);
+    if (!wanted.count(slots_[i].key))
+      releaseSlot(i);
+    else
+      present.insert(slots_[i].key);
   }
   size_t next = 1;
   for (const auto& [key, target] : wanted) {
@@ -565,7 +591,8 @@ void ProbeServiceImpl::releaseSlot(size_t index) {
   slot = Slot{};
 }
 
-void ProbeServiceImpl::assignSlot(size_t index, const std::string& key, const WantedTarget& target) {
+void ProbeServiceImpl::assignSlot(size_t index, const std::string& key,
+                                  const WantedTarget& target) {
   Slot& slot = slots_[index];
   slot.used = true;
   slot.key = key;
@@ -594,7 +621,8 @@ void ProbeServiceImpl::attachUsdt(Slot& slot, uint32_t tgid) {
   if (ec) return;  // gone already
   std::vector<LinkPtr> links;
   for (bpf_program* prog : probes_[index].programs) {
-    const char* name = std::strcmp(bpf_program__name(prog), "on_qp_post") == 0 ? "qp_post" : "qp_complete";
+    const char* name =
+        std::strcmp(bpf_program__name(prog), "on_qp_post") == 0 ? "qp_post" : "qp_complete";
     bpf_link* link = bpf_program__attach_usdt(prog, static_cast<pid_t>(tgid), path.c_str(),
                                               "bpftrain", name, nullptr);
     // A process whose binary has no bpftrain USDT notes (no RDMA transport) is not an error.
@@ -610,7 +638,8 @@ SeriesId ProbeServiceImpl::slotSeries(size_t slot, const std::string& metric,
                                       const std::string& extra_name, const std::string& extra_value,
                                       SeriesKind kind) {
   const bool all = slot == BPFTRAIN_SLOT_ALL;
-  Label labels[3] = {{"job", all ? "all" : slots_[slot].job}, {"rank", all ? "all" : slots_[slot].rank},
+  Label labels[3] = {{"job", all ? "all" : slots_[slot].job},
+                     {"rank", all ? "all" : slots_[slot].rank},
                      {extra_name, extra_value}};
   return store_->lookup(metric, std::span<const Label>(labels, extra_name.empty() ? 2 : 3), kind);
 }
@@ -635,7 +664,8 @@ void ProbeServiceImpl::readCounters(LoadedObject& obj, int64_t now_ns) {
       for (int cpu = 0; cpu < ncpus_; ++cpu) total += percpu_buffer_[cpu * n + i];
       uint64_t& prev = obj.prev[slot * n + i];
       SeriesId& id = obj.ids[slot * n + i];
-      if (id == kUnset) id = slotSeries(slot, def.metric, def.label_name, def.label_value, SeriesKind::kCounter);
+      if (id == kUnset)
+        id = slotSeries(slot, def.metric, def.label_name, def.label_value, SeriesKind::kCounter);
       if (total > prev) record(id, static_cast<double>(total - prev), now_ns);
       prev = total;
     }
@@ -655,8 +685,8 @@ int ProbeServiceImpl::onTcpSample(void* ctx, void* data, size_t size) {
                               SeriesKind::kDistribution);
     ids[1] = self->slotSeries(sample.slot, "bpftrain_transport_rtt_seconds", "transport", "tcp",
                               SeriesKind::kDistribution);
-    ids[2] = self->slotSeries(sample.slot, "bpftrain_transport_inflight_bytes", "transport",
-                              "tcp", SeriesKind::kDistribution);
+    ids[2] = self->slotSeries(sample.slot, "bpftrain_transport_inflight_bytes", "transport", "tcp",
+                              SeriesKind::kDistribution);
   }
   // Queue depth is what the application queued and the peer has not acknowledged (SIOCOUTQ).
   // Bytes in flight alone fall when the receiver is slow (its window closes), so they are kept
@@ -692,14 +722,18 @@ void ProbeServiceImpl::readLossAndStats(int64_t now_ns) {
     for (int cpu = 0; cpu < ncpus_; ++cpu) total += percpu_buffer_[cpu];
     Probe& probe = probes_[obj->lost_probe];
     if (probe.lost_id == kUnset)
-      probe.lost_id = probeSeries("bpftrain_probe_events_lost", probe.def->name, SeriesKind::kCounter);
-    if (total > probe.prev_lost) record(probe.lost_id, static_cast<double>(total - probe.prev_lost), now_ns);
+      probe.lost_id =
+          probeSeries("bpftrain_probe_events_lost", probe.def->name, SeriesKind::kCounter);
+    if (total > probe.prev_lost)
+      record(probe.lost_id, static_cast<double>(total - probe.prev_lost), now_ns);
     probe.prev_lost = total;
   }
   if (targets_dropped_ > targets_dropped_reported_) {
     if (targets_dropped_id_ == kUnset)
-      targets_dropped_id_ = store_->lookup("bpftrain_probe_targets_dropped", {}, SeriesKind::kCounter);
-    record(targets_dropped_id_, static_cast<double>(targets_dropped_ - targets_dropped_reported_), now_ns);
+      targets_dropped_id_ =
+          store_->lookup("bpftrain_probe_targets_dropped", {}, SeriesKind::kCounter);
+    record(targets_dropped_id_, static_cast<double>(targets_dropped_ - targets_dropped_reported_),
+           now_ns);
     targets_dropped_reported_ = targets_dropped_;
   }
   for (auto& probe : probes_) {
@@ -716,11 +750,14 @@ void ProbeServiceImpl::readLossAndStats(int64_t now_ns) {
       run_cnt += info.run_cnt;
     }
     if (probe.run_seconds_id == kUnset) {
-      probe.run_seconds_id = probeSeries("bpftrain_probe_run_seconds", probe.def->name, SeriesKind::kCounter);
+      probe.run_seconds_id =
+          probeSeries("bpftrain_probe_run_seconds", probe.def->name, SeriesKind::kCounter);
       probe.events_id = probeSeries("bpftrain_probe_events", probe.def->name, SeriesKind::kCounter);
     }
-    if (run_ns > probe.prev_run_ns) record(probe.run_seconds_id, (run_ns - probe.prev_run_ns) * 1e-9, now_ns);
-    if (run_cnt > probe.prev_run_cnt) record(probe.events_id, static_cast<double>(run_cnt - probe.prev_run_cnt), now_ns);
+    if (run_ns > probe.prev_run_ns)
+      record(probe.run_seconds_id, (run_ns - probe.prev_run_ns) * 1e-9, now_ns);
+    if (run_cnt > probe.prev_run_cnt)
+      record(probe.events_id, static_cast<double>(run_cnt - probe.prev_run_cnt), now_ns);
     probe.prev_run_ns = run_ns;
     probe.prev_run_cnt = run_cnt;
   }

@@ -26,8 +26,14 @@ struct Collector {
 
   explicit Collector(std::vector<std::string> extra) {
     std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-collector"),
-                                     "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
-                                     "--window", "60s", "--step", "200ms"};
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--metrics",
+                                     "127.0.0.1:0",
+                                     "--window",
+                                     "60s",
+                                     "--step",
+                                     "200ms"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc = std::make_unique<testing::ChildProcess>(argv);
     auto m = proc->waitLine(std::regex("udp=[0-9.]+:([0-9]+) metrics=[0-9.]+:([0-9]+)"), 30s);
@@ -36,8 +42,11 @@ struct Collector {
       metrics_port = std::stoi((*m)[2]);
     }
   }
-  Metrics scrape() const { return testing::parseMetrics(testing::httpGet("127.0.0.1", metrics_port)); }
-  Metrics scrapeUntil(const std::function<bool(const Metrics&)>& pred, std::chrono::seconds limit) const {
+  Metrics scrape() const {
+    return testing::parseMetrics(testing::httpGet("127.0.0.1", metrics_port));
+  }
+  Metrics scrapeUntil(const std::function<bool(const Metrics&)>& pred,
+                      std::chrono::seconds limit) const {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     Metrics m = scrape();
     while (!pred(m) && std::chrono::steady_clock::now() < deadline) {
@@ -70,23 +79,27 @@ class CollectorProbesTest : public ::testing::Test {
 TEST_F(CollectorProbesTest, ManualPidMigrationsAndFaultsThroughMetrics) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 online CPUs to migrate";
   constexpr int64_t kMoves = 100, kPages = 3000;
-  Child target([] { tests::bpf::pinSelf(0); },
-               [] { return tests::bpf::migrateSelf(kMoves) + tests::bpf::touchFreshPages(kPages); });
+  Child target(
+      [] { tests::bpf::pinSelf(0); },
+      [] { return tests::bpf::migrateSelf(kMoves) + tests::bpf::touchFreshPages(kPages); });
   ASSERT_TRUE(target.ready(5s));
   Collector c({"--pid", std::to_string(target.pid())});
   ASSERT_GT(c.metrics_port, 0) << c.proc->stderrText();
   // probe_up appears after the first poll, which is also when the --pid target is installed.
-  auto m = c.scrapeUntil([](const Metrics& s) { return get(s, "bpftrain_probe_up{probe=\"migrations\"}") == 1; }, 30s);
+  auto m = c.scrapeUntil(
+      [](const Metrics& s) { return get(s, "bpftrain_probe_up{probe=\"migrations\"}") == 1; }, 30s);
   ASSERT_EQ(get(m, "bpftrain_probe_up{probe=\"migrations\"}"), 1) << c.proc->stderrText();
   target.go();
   int64_t done = 0;
   ASSERT_TRUE(target.result(done, 30s));
   ASSERT_EQ(done, kMoves + kPages);
   const std::string who = "{job=\"manual\",rank=\"0\"";
-  m = c.scrapeUntil([&](const Metrics& s) {
-    return sumPrefix(s, "bpftrain_migrations_total" + who) >= kMoves &&
-           get(s, "bpftrain_page_faults_total" + who + "}") >= kPages;
-  }, 20s);
+  m = c.scrapeUntil(
+      [&](const Metrics& s) {
+        return sumPrefix(s, "bpftrain_migrations_total" + who) >= kMoves &&
+               get(s, "bpftrain_page_faults_total" + who + "}") >= kPages;
+      },
+      20s);
   const double moves = sumPrefix(m, "bpftrain_migrations_total" + who);
   EXPECT_GE(moves, kMoves);
   EXPECT_LE(moves, kMoves + 2);  // tolerance: pinned throughout, at most a move while exiting
@@ -108,25 +121,27 @@ TEST_F(CollectorProbesTest, RankFromHelloIsTargetedWithJobAndRankLabels) {
   const int port = c.udp_port;
   // The child announces itself as rank 3 of job "probetest" (pid = its own), then keeps faulting
   // fresh pages until killed: it is counted once the collector has targeted it.
-  Child rank([port] {
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    uint32_t pid = static_cast<uint32_t>(getpid());
-    wire::Hello hello{"probetest", "node-a", 3, 4, pid, std::span<const uint32_t>(&pid, 1)};
-    uint8_t buf[512];
-    const size_t len = wire::encodeHello(std::span<uint8_t>(buf, sizeof(buf)), 77, 0, hello);
-    sendto(fd, buf, len, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    close(fd);
-  }, [] {
-    for (;;) {
-      tests::bpf::touchFreshPages(64);
-      usleep(5000);
-    }
-    return int64_t{0};
-  });
+  Child rank(
+      [port] {
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        uint32_t pid = static_cast<uint32_t>(getpid());
+        wire::Hello hello{"probetest", "node-a", 3, 4, pid, std::span<const uint32_t>(&pid, 1)};
+        uint8_t buf[512];
+        const size_t len = wire::encodeHello(std::span<uint8_t>(buf, sizeof(buf)), 77, 0, hello);
+        sendto(fd, buf, len, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+        close(fd);
+      },
+      [] {
+        for (;;) {
+          tests::bpf::touchFreshPages(64);
+          usleep(5000);
+        }
+        return int64_t{0};
+      });
   ASSERT_TRUE(rank.ready(5s));
   rank.go();
   const std::string key = "bpftrain_page_faults_total{job=\"probetest\",rank=\"3\"}";

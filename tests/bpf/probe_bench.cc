@@ -3,14 +3,14 @@
 // no tracing, bpftrain's probes attached (all of them, targeting this process), and a bpftrace
 // one-liner counting the same tracepoint per pid. Prints wall-time medians, slowdown ratios and
 // BPF run time per event from bpf_stats (kernel.bpf_stats_enabled is on for the whole run).
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -96,8 +96,8 @@ int64_t tcpStream(int64_t bytes) {
 
 struct Workload {
   std::string name;
-  std::string probe;     // our probe that sees its events
-  std::string bpftrace;  // the comparison one-liner
+  std::string probe;             // our probe that sees its events
+  std::string bpftrace;          // the comparison one-liner
   std::function<int64_t()> run;  // returns the number of workload events (for per-event cost)
   std::function<void()> poke;    // one small event, to see that bpftrace has attached
 };
@@ -132,7 +132,9 @@ double median(std::vector<double> v) {
 
 class Bpftrace {
  public:
-  static bool available() { return access("/usr/bin/bpftrace", X_OK) == 0 || access("/usr/sbin/bpftrace", X_OK) == 0; }
+  static bool available() {
+    return access("/usr/bin/bpftrace", X_OK) == 0 || access("/usr/sbin/bpftrace", X_OK) == 0;
+  }
   // Starts the one-liner and waits (deadline 20 s) until its program has run at least once.
   bool start(const std::string& program, const std::function<void()>& poke) {
     before_ = allProgStats();
@@ -179,10 +181,14 @@ int main(int argc, char** argv) {
   int reps = 5;
   bool quick = false, with_bpftrace = true, verbose = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--no-bpftrace")) with_bpftrace = false;
-    else if (!std::strcmp(argv[i], "--verbose")) verbose = true;
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--no-bpftrace"))
+      with_bpftrace = false;
+    else if (!std::strcmp(argv[i], "--verbose"))
+      verbose = true;
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--reps N] [--quick] [--no-bpftrace] [--verbose]\n", argv[0]);
       return 2;
@@ -194,15 +200,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (with_bpftrace && !Bpftrace::available()) {
-    std::fprintf(stderr, "bpftrain-probe-bench: bpftrace not installed: comparison skipped "
-                         "(apt-get install bpftrace)\n");
+    std::fprintf(stderr,
+                 "bpftrain-probe-bench: bpftrace not installed: comparison skipped "
+                 "(apt-get install bpftrace)\n");
     with_bpftrace = false;
   }
   const int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
   if (stats_fd < 0) std::fprintf(stderr, "bpf_stats unavailable: no per-event cost\n");
   const int scale = quick ? 10 : 1;
   std::vector<Workload> workloads = {
-      {"forced migrations", "migrations", "tracepoint:sched:sched_migrate_task { @[pid] = count(); }",
+      {"forced migrations", "migrations",
+       "tracepoint:sched:sched_migrate_task { @[pid] = count(); }",
        [&] {
          const int64_t n = tests::bpf::migrateSelf(20000 / scale);
          cpu_set_t all;
@@ -212,7 +220,8 @@ int main(int argc, char** argv) {
          return n;
        },
        [] { tests::bpf::migrateSelf(2); }},
-      {"page-fault storm", "page_faults", "tracepoint:exceptions:page_fault_user { @[pid] = count(); }",
+      {"page-fault storm", "page_faults",
+       "tracepoint:exceptions:page_fault_user { @[pid] = count(); }",
        [&] {
          int64_t n = 0;
          for (int i = 0; i < 40 / scale; ++i) n += tests::bpf::touchFreshPages(10000);
@@ -222,7 +231,8 @@ int main(int argc, char** argv) {
       {"TCP loopback stream", "tcp", "tracepoint:tcp:tcp_probe { @[pid] = count(); }",
        [&] { return tcpStream((512LL << 20) / scale) / (64 << 10); },  // events: 64 KiB writes
        [] { tcpStream(1 << 20); }},
-      {"training-like", "page_faults", "tracepoint:exceptions:page_fault_user { @[pid] = count(); }",
+      {"training-like", "page_faults",
+       "tracepoint:exceptions:page_fault_user { @[pid] = count(); }",
        [&] {
          int64_t steps = 0;
          for (int i = 0; i < 100 / scale; ++i) {
@@ -288,12 +298,14 @@ int main(int argc, char** argv) {
           std::map<std::string, std::pair<double, double>> per;
           for (const auto& snap : store->snapshot(nowNs()))
             for (const auto& [k, v] : snap.labels)
-              if (k == "probe" && snap.name == "bpftrain_probe_run_seconds") per[v].first += snap.total;
-              else if (k == "probe" && snap.name == "bpftrain_probe_events") per[v].second += snap.total;
+              if (k == "probe" && snap.name == "bpftrain_probe_run_seconds")
+                per[v].first += snap.total;
+              else if (k == "probe" && snap.name == "bpftrain_probe_events")
+                per[v].second += snap.total;
           for (const auto& [probe, p] : per)
             if (p.second > 0)
-              std::printf("  %-18s %-16s runs %10.0f  %7.1f ns/run\n", w.name.c_str(), probe.c_str(),
-                          p.second, p.first * 1e9 / p.second);
+              std::printf("  %-18s %-16s runs %10.0f  %7.1f ns/run\n", w.name.c_str(),
+                          probe.c_str(), p.second, p.first * 1e9 / p.second);
         }
       }
       if (with_bpftrace) {
@@ -317,7 +329,8 @@ int main(int argc, char** argv) {
     // program's run time (other probes fire on the same workload) per probe event.
     std::printf("%-20s %9.1f %8.3f %8.3f %9.1f %8.3f %8.3f %10.1f %10.1f %10.1f\n", w.name.c_str(),
                 b, o / b, t > 0 ? t / b : 0.0, bc, bc > 0 ? oc / bc : 0.0,
-                bc > 0 && tc > 0 ? tc / bc : 0.0, our_probe_cnt ? our_probe_ns / our_probe_cnt : 0.0,
+                bc > 0 && tc > 0 ? tc / bc : 0.0,
+                our_probe_cnt ? our_probe_ns / our_probe_cnt : 0.0,
                 our_probe_cnt ? our_all_ns / our_probe_cnt : 0.0,
                 their_cnt ? double(their_ns) / their_cnt : 0.0);
     std::fflush(stdout);

@@ -55,8 +55,8 @@ int64_t touchFreshPages(int64_t pages) {
 int64_t touchHugePages(int64_t huge_pages) {
   const size_t huge = 2u << 20;
   const size_t len = huge * static_cast<size_t>(huge_pages);
-  char* raw = static_cast<char*>(mmap(nullptr, len + huge, PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  char* raw = static_cast<char*>(
+      mmap(nullptr, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (raw == MAP_FAILED) return 0;
   char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + huge - 1) & ~(huge - 1));
   madvise(p, len, MADV_HUGEPAGE);
