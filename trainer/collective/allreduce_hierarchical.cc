@@ -119,15 +119,15 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
   void runMember(std::span<float> data, gloo::transport::UnboundBuffer& nbuf) {
     const auto timeout = node_->getTimeout();
     const size_t nchunks = chunks(data.size());
-    for (size_t c = 0; c < nchunks; ++c) {
-      const size_t off = c * chunk_, len = std::min(chunk_, data.size() - off);
-      nbuf.send(0, kReduceSlot, off * sizeof(float), len * sizeof(float));
-    }
-    // Safe to receive into the same memory: the leader only answers chunk c after it has read
-    // our chunk c completely.
+    // Receives first, so the leader's answers go straight out. Safe to receive into the memory we
+    // send from: the leader only answers chunk c after it has read our chunk c completely.
     for (size_t c = 0; c < nchunks; ++c) {
       const size_t off = c * chunk_, len = std::min(chunk_, data.size() - off);
       nbuf.recv(0, kBroadcastSlot, off * sizeof(float), len * sizeof(float));
+    }
+    for (size_t c = 0; c < nchunks; ++c) {
+      const size_t off = c * chunk_, len = std::min(chunk_, data.size() - off);
+      nbuf.send(0, kReduceSlot, off * sizeof(float), len * sizeof(float));
     }
     for (size_t c = 0; c < nchunks; ++c) nbuf.waitSend(timeout);
     for (size_t c = 0; c < nchunks; ++c) nbuf.waitRecv(timeout);
