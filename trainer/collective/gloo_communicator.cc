@@ -3,6 +3,7 @@
 #include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/context.h>
+#include <gloo/rendezvous/hash_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/device.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -33,7 +34,11 @@ std::string describe(const CommOptions& o) {
 class GlooCommunicator final : public Communicator {
  public:
   explicit GlooCommunicator(const CommOptions& options) : options_(options) {
-    store_ = openStore(options.store);
+    // A single rank needs no shared store: an in-process one will do.
+    if (options.world == 1 && options.store.empty())
+      store_ = std::make_unique<gloo::rendezvous::HashStore>();
+    else
+      store_ = openStore(options.store);
     joinStore(*store_, options.store, options.prefix, options.rank, options.world, options.timeout);
     device_ = makeTcpDevice(options.bind_address);
     const int world = options.world;
