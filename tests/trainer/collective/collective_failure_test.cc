@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <fstream>
 #include <thread>
 
 #include "tests/trainer/collective/collective_test_util.h"
@@ -59,6 +61,45 @@ TEST(Collective, BadOptionsAreRejectedWithTheFix) {
     ADD_FAILURE() << "empty store accepted";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("--store"), std::string::npos);
+  }
+}
+
+// The transport binds where it is told (netlab gives each rank a namespace IP; by hostname it
+// would resolve to 127.0.0.1): every rank on 127.0.0.2, seen in the kernel's socket table.
+TEST(Collective, TransportBindsToTheGivenAddress) {
+  std::atomic<int> established{0};
+  runRanks(
+      3,
+      [&](int rank, Communicator& comm) {
+        std::vector<float> data(100, 1.0f);
+        comm.allreduce(data, Topology::kRing);
+        for (float x : data) ASSERT_EQ(x, 3.0f);
+        if (rank == 0) {
+          std::ifstream tcp("/proc/self/net/tcp");
+          std::string line;
+          while (std::getline(tcp, line))  // local address 127.0.0.2 is 0200007F, state 01
+            if (line.find(" 0200007F:") != std::string::npos &&
+                line.find(" 01 ") != std::string::npos)
+              ++established;
+        }
+        comm.barrier();
+      },
+      "", [](CommOptions& o) { o.bind_address = "127.0.0.2"; });
+  EXPECT_GE(established.load(), 2);
+}
+
+TEST(Collective, UnusableBindAddressNamesTheFlag) {
+  TempDir dir;
+  CommOptions o;
+  o.world = 1;
+  o.store = dir.path();
+  o.bind_address = "203.0.113.7";  // TEST-NET-3: not on this host
+  try {
+    Communicator::create(o);
+    ADD_FAILURE() << "bound to an address this host does not have";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("203.0.113.7"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--bind"), std::string::npos) << e.what();
   }
 }
 
