@@ -77,7 +77,7 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
 
   auto senders = family("bpftrain_collector_senders", "Senders known from hello frames",
                         MetricType::Gauge);
-  add(senders, double(registry_.snapshot().size()));
+  add(senders, double(registry_.size()));
   out.push_back(std::move(senders));
 
   auto rcvbuf = family("bpftrain_collector_rcvbuf_bytes",

@@ -48,6 +48,11 @@ std::vector<Sender> SenderRegistry::snapshot() const {
   return out;
 }
 
+size_t SenderRegistry::size() const {
+  std::lock_guard lock(mutex_);
+  return senders_.size();
+}
+
 uint64_t SenderRegistry::version() const {
   std::lock_guard lock(mutex_);
   return version_;

@@ -36,6 +36,7 @@ class SenderRegistry {
   bool labelsOf(uint64_t sender_id, std::string& job, std::string& rank) const;
 
   std::vector<Sender> snapshot() const;
+  size_t size() const;
   // Bumped on every change of membership or tids, so readers can skip unchanged snapshots.
   uint64_t version() const;
 

@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
           seen = true;
           break;
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
       if (seen) latencies_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       else ++probe_timeouts;
