@@ -8,7 +8,6 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -108,15 +107,6 @@ class RankRunner {
   uint64_t start_step_ = 0;
   std::set<pid_t> compute_tids_;
   std::vector<pid_t> known_tids_;
-  std::string own_store_;
-
- public:
-  ~RankRunner() {
-    if (!own_store_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(own_store_, ec);
-    }
-  }
 };
 
 void RankRunner::log(const char* fmt, ...) {
@@ -325,12 +315,6 @@ int RankRunner::run() {
   co.rank = o_.rank;
   co.world = o_.world;
   co.store = o_.store;
-  if (co.store.empty() && o_.world == 1) {
-    // A single rank still rendezvouses (with itself): a private directory that goes away after.
-    char tmpl[] = "/tmp/bpftrain-store-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("cannot create a store in /tmp");
-    co.store = own_store_ = tmpl;
-  }
   co.prefix = "bpftrain-" + o_.job;
   co.bind_address = o_.bind;
   co.node_of = o_.node_of;
