@@ -1,6 +1,8 @@
 // Rendezvous and failure paths: store timeouts, bad options, redis, dead and hung peers.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -86,6 +88,63 @@ TEST(Collective, TransportBindsToTheGivenAddress) {
       },
       "", [](CommOptions& o) { o.bind_address = "127.0.0.2"; });
   EXPECT_GE(established.load(), 2);
+}
+
+// Two network namespaces joined by a veth pair, one rank thread in each (setns is per thread):
+// the netlab situation. Each rank binds to its namespace's address.
+int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+TEST(Collective, RanksInSeparateNetworkNamespaces) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+  if (sh("command -v ip") != 0) GTEST_SKIP() << "iproute2 (ip) not installed: tools/setup";
+  const std::string tag = std::to_string(getpid() % 100000);
+  const std::string ns[2] = {"bpftc" + tag + "a", "bpftc" + tag + "b"};
+  const std::string addr[2] = {"10.213.0.1", "10.213.0.2"};
+  struct Cleanup {
+    const std::string* ns;
+    ~Cleanup() {
+      sh("ip netns del " + ns[0]);
+      sh("ip netns del " + ns[1]);
+    }
+  } cleanup{ns};
+  ASSERT_EQ(sh("ip netns add " + ns[0]), 0);
+  ASSERT_EQ(sh("ip netns add " + ns[1]), 0);
+  ASSERT_EQ(sh("ip link add v" + tag + "a netns " + ns[0] + " type veth peer name v" + tag +
+               "b netns " + ns[1]),
+            0);
+  for (int i = 0; i < 2; ++i) {
+    const std::string dev = "v" + tag + (i ? "b" : "a");
+    ASSERT_EQ(sh("ip -n " + ns[i] + " addr add " + addr[i] + "/24 dev " + dev), 0);
+    ASSERT_EQ(sh("ip -n " + ns[i] + " link set " + dev + " up"), 0);
+    ASSERT_EQ(sh("ip -n " + ns[i] + " link set lo up"), 0);
+  }
+  TempDir dir;
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        const int fd = open(("/var/run/netns/" + ns[r]).c_str(), O_RDONLY);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) throw std::runtime_error("setns failed");
+        close(fd);
+        auto o = options(dir.path(), r, 2);
+        o.bind_address = addr[r];
+        o.timeout = 10s;
+        auto comm = Communicator::create(o);
+        for (Topology t : kAll) {
+          std::vector<float> data(70001, float(r + 1));
+          comm->allreduce(data, t);
+          for (float x : data)
+            if (x != 3.0f) throw std::runtime_error("wrong sum");
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
 }
 
 TEST(Collective, UnusableBindAddressNamesTheFlag) {
