@@ -41,6 +41,8 @@ class UniqueFd {
   ~UniqueFd() { reset(); }
 
   int get() const { return fd_; }
+  // Hands the fd to a new owner (e.g. a libbpf link that closes it on destroy).
+  int release() { return std::exchange(fd_, -1); }
   bool valid() const { return fd_ >= 0; }
   void reset() {
     if (fd_ >= 0) ::close(fd_);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -125,6 +126,9 @@ struct CounterDef {
   std::string metric;
   std::string label_name;  // extra label besides job/rank, "" for none
   std::string label_value;
+  // Named series exist from the first poll (0 is information); numeric fallbacks for enum
+  // values this kernel does not name appear only if they ever count.
+  bool eager = true;
 };
 
 struct Probe {
@@ -143,7 +147,6 @@ struct LoadedObject {
   bpf_object* object = nullptr;
   std::string error;  // load failure; every probe of the object is down with it
   std::vector<LinkPtr> links;
-  std::vector<UniqueFd> perf_fds;
   // Per-slot counters.
   int counts_fd = -1;
   size_t counters_per_slot = 0;
@@ -365,7 +368,8 @@ void ProbeServiceImpl::defineCounters(LoadedObject& obj) {
   obj.counts_fd = bpf_map__fd(counts);
   obj.counters_per_slot = bpf_map__value_size(counts) / sizeof(uint64_t);
   auto add = [&](const char* probe, const char* metric, const char* label, std::string value) {
-    obj.counters.push_back({probeIndex(probe), metric, label, std::move(value)});
+    const bool eager = value.empty() || !std::isdigit(static_cast<unsigned char>(value[0]));
+    obj.counters.push_back({probeIndex(probe), metric, label, std::move(value), eager});
   };
   auto addEnum = [&](const char* probe, const char* metric, const char* label,
                      const std::vector<std::string>& names, size_t n) {
@@ -442,7 +446,7 @@ void ProbeServiceImpl::attachPmu(Probe& probe, LoadedObject& obj, uint32_t cache
       markDown(probe, "cannot attach to the PMU event: " + errnoText(errno));
       return;
     }
-    obj.perf_fds.push_back(std::move(owned));
+    owned.release();  // the perf link closes the event fd when it is destroyed
     obj.links.emplace_back(link);
   }
   probe.programs.push_back(prog);
@@ -664,7 +668,7 @@ void ProbeServiceImpl::readCounters(LoadedObject& obj, int64_t now_ns) {
       for (int cpu = 0; cpu < ncpus_; ++cpu) total += percpu_buffer_[cpu * n + i];
       uint64_t& prev = obj.prev[slot * n + i];
       SeriesId& id = obj.ids[slot * n + i];
-      if (id == kUnset)
+      if (id == kUnset && (def.eager || total > prev))
         id = slotSeries(slot, def.metric, def.label_name, def.label_value, SeriesKind::kCounter);
       if (total > prev) record(id, static_cast<double>(total - prev), now_ns);
       prev = total;

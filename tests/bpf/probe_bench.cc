@@ -179,7 +179,7 @@ class Bpftrace {
 
 int main(int argc, char** argv) {
   int reps = 5;
-  bool quick = false, with_bpftrace = true, verbose = false;
+  bool quick = false, with_bpftrace = true, verbose = false, stats = true;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--quick] [--no-bpftrace] [--verbose]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps N] [--quick] [--no-bpftrace] [--verbose] [--no-stats]\n", argv[0]);
       return 2;
     }
   }
@@ -205,8 +205,10 @@ int main(int argc, char** argv) {
                  "(apt-get install bpftrace)\n");
     with_bpftrace = false;
   }
-  const int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-  if (stats_fd < 0) std::fprintf(stderr, "bpf_stats unavailable: no per-event cost\n");
+  // bpf_stats time every program run (two clock reads each); --no-stats measures the slowdown
+  // without that cost, and then has no ns/event.
+  const int stats_fd = stats ? bpf_enable_stats(BPF_STATS_RUN_TIME) : -1;
+  if (stats && stats_fd < 0) std::fprintf(stderr, "bpf_stats unavailable: no per-event cost\n");
   const int scale = quick ? 10 : 1;
   std::vector<Workload> workloads = {
       {"forced migrations", "migrations",
@@ -265,6 +267,7 @@ int main(int argc, char** argv) {
         collector::ingest::SenderRegistry registry;
         collector::loader::ProbeOptions options;
         options.pids = {getpid()};
+        options.bpf_stats = stats;
         std::string error;
         auto service = collector::loader::ProbeService::create(options, *store, 0, error);
         if (!service) {
