@@ -15,19 +15,19 @@ namespace bpftrain::trainer::app {
 namespace {
 
 // One check macro per foreign API, at the boundary only; they carry file and line.
-#define BPFTRAIN_CUDACHECK(call)                                                           \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess)                                                                 \
-      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) +    \
-                               ": " #call ": " + cudaGetErrorString(e_));                 \
+#define BPFTRAIN_CUDACHECK(call)                                                      \
+  do {                                                                                \
+    cudaError_t e_ = (call);                                                          \
+    if (e_ != cudaSuccess)                                                            \
+      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) + \
+                               ": " #call ": " + cudaGetErrorString(e_));             \
   } while (0)
-#define BPFTRAIN_NCCLCHECK(call)                                                           \
-  do {                                                                                     \
-    ncclResult_t r_ = (call);                                                              \
-    if (r_ != ncclSuccess)                                                                 \
-      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) +    \
-                               ": " #call ": " + ncclGetErrorString(r_));                 \
+#define BPFTRAIN_NCCLCHECK(call)                                                      \
+  do {                                                                                \
+    ncclResult_t r_ = (call);                                                         \
+    if (r_ != ncclSuccess)                                                            \
+      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) + \
+                               ": " #call ": " + ncclGetErrorString(r_));             \
   } while (0)
 
 class NcclCommunicator final : public collective::Communicator {
@@ -40,7 +40,7 @@ class NcclCommunicator final : public collective::Communicator {
                                (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") +
                                "): run on a GPU host, or use --backend gloo");
     BPFTRAIN_CUDACHECK(cudaSetDevice(o.rank % devices));
-    struct stat st{};
+    struct stat st {};
     if (o.store.empty() || stat(o.store.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw std::runtime_error("--backend nccl rendezvouses through a directory: pass --store DIR");
     ncclUniqueId id;
@@ -75,8 +75,8 @@ class NcclCommunicator final : public collective::Communicator {
   // NCCL chooses its own algorithm (ring/tree/NVLS); the topology argument is not used.
   void allreduce(std::span<float> data, Topology) override {
     staged(data.data(), data.size_bytes(), [&] {
-      BPFTRAIN_NCCLCHECK(ncclAllReduce(device_, device_, data.size(), ncclFloat, ncclSum, comm_,
-                                       stream_));
+      BPFTRAIN_NCCLCHECK(
+          ncclAllReduce(device_, device_, data.size(), ncclFloat, ncclSum, comm_, stream_));
     });
   }
   void broadcast(std::span<uint8_t> data, int root) override {

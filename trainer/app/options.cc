@@ -142,7 +142,9 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
     } else if (flag == "--topology") {
       if (!need()) return fail("--topology: expects a value");
       auto t = parseTopology(value);
-      if (!t) return fail("--topology " + value + ": expected ring, halving-doubling, bcube or hierarchical");
+      if (!t)
+        return fail("--topology " + value +
+                    ": expected ring, halving-doubling, bcube or hierarchical");
       o.topology = *t;
     } else if (flag == "--pin") {
       if (!need()) return fail("--pin: expects a value");
@@ -192,7 +194,8 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
       if (!need()) return fail("--node-of: expects a list like 0,0,1,1");
       for (const std::string& s : splitList(value)) {
         int n = 0;
-        if (!parseNumber(s, n) || n < 0) return fail("--node-of " + value + ": expected a list like 0,0,1,1");
+        if (!parseNumber(s, n) || n < 0)
+          return fail("--node-of " + value + ": expected a list like 0,0,1,1");
         o.node_of.push_back(n);
       }
     } else if (flag == "--bind") {
@@ -227,7 +230,8 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
   // Rank and world: flags, else the environment of the launcher that started us.
   if (o.ranks > 0 && (rank_given || world_given))
     return fail("--ranks starts local ranks itself: give either --ranks N or --rank R --world N");
-  if (rank_given != world_given) return fail("--rank and --world go together (e.g. --rank 0 --world 4)");
+  if (rank_given != world_given)
+    return fail("--rank and --world go together (e.g. --rank 0 --world 4)");
   auto envInt = [&](const char* name, int& out) {
     auto it = env.find(name);
     return it != env.end() && parseNumber(it->second, out);
@@ -276,15 +280,15 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
     if (o.local_world < 0) o.local_world = o.rank_source == "single" ? 1 : o.world;
     if (o.local_rank >= o.local_world) o.local_rank %= o.local_world;
     if (!o.node_of.empty() && int(o.node_of.size()) != o.world)
-      return fail("--node-of lists " + std::to_string(o.node_of.size()) +
-                  " nodes for --world " + std::to_string(o.world) + ": give one per rank");
+      return fail("--node-of lists " + std::to_string(o.node_of.size()) + " nodes for --world " +
+                  std::to_string(o.world) + ": give one per rank");
   } else {
     if (!o.netns.empty() && int(o.netns.size()) != o.ranks)
       return fail("--netns lists " + std::to_string(o.netns.size()) + " namespaces for --ranks " +
                   std::to_string(o.ranks) + ": give one per rank");
     if (!o.node_of.empty() && int(o.node_of.size()) != o.ranks)
-      return fail("--node-of lists " + std::to_string(o.node_of.size()) +
-                  " nodes for --ranks " + std::to_string(o.ranks) + ": give one per rank");
+      return fail("--node-of lists " + std::to_string(o.node_of.size()) + " nodes for --ranks " +
+                  std::to_string(o.ranks) + ": give one per rank");
   }
   if (o.adaptive && o.secret_file.empty())
     return fail("--adaptive needs --secret FILE (the controller's shared HMAC key, mode 0600)");

@@ -15,7 +15,7 @@ namespace bpftrain::trainer::app {
 
 struct Options {
   // Who and where.
-  int ranks = 0;    // > 0: launcher mode, start this many local ranks
+  int ranks = 0;  // > 0: launcher mode, start this many local ranks
   int rank = -1;
   int world = -1;
   int local_rank = -1;
@@ -23,17 +23,17 @@ struct Options {
   std::string rank_source = "flags";  // flags | launcher | mpirun | srun | torchrun | single
   std::string store;                  // DIR or HOST:PORT
   std::string backend = "gloo";
-  std::string bind;                   // transport bind address
+  std::string bind;  // transport bind address
   std::vector<int> node_of;
-  std::vector<std::string> netns;     // launcher: namespace of rank i
+  std::vector<std::string> netns;  // launcher: namespace of rank i
   std::string job = "default";
-  int timeout_s = 30;                 // rendezvous, dead peers, launcher's stop timeout
+  int timeout_s = 30;  // rendezvous, dead peers, launcher's stop timeout
 
   // What to train.
   model::ModelSpec model;
-  std::string data;                   // empty: model::defaultDigitsPath()
+  std::string data;  // empty: model::defaultDigitsPath()
   uint64_t steps = 800;
-  int batch = 32;                     // per rank
+  int batch = 32;  // per rank
   float lr = 0.05f;
   float momentum = 0.9f;
   uint64_t seed = 1;
@@ -52,7 +52,7 @@ struct Options {
   // Checkpoints.
   std::string checkpoint_dir;
   bool resume = false;
-  int checkpoint_every = 0;           // 0 with --checkpoint: 100
+  int checkpoint_every = 0;  // 0 with --checkpoint: 100
 
   // Test and benchmark hooks: deterministic topology/pinning switches drawn on rank 0 every K
   // steps (through the same broadcast/apply path as controller decisions), and blocks of K steps

@@ -170,9 +170,9 @@ void RankRunner::maybeResume() {
   std::string error;
   if (o_.rank != 0 && !model::loadCheckpoint(o_.checkpoint_dir, step, state, model_->parameters(),
                                              model_->momentum(), error))
-    throw std::runtime_error("cannot load checkpoint " +
-                             model::checkpointPath(o_.checkpoint_dir, step) + " chosen by rank 0: " +
-                             error + " (is --checkpoint on a filesystem every rank sees?)");
+    throw std::runtime_error(
+        "cannot load checkpoint " + model::checkpointPath(o_.checkpoint_dir, step) +
+        " chosen by rank 0: " + error + " (is --checkpoint on a filesystem every rank sees?)");
   if (state.model != o_.model.name)
     throw std::runtime_error("checkpoint " + model::checkpointPath(o_.checkpoint_dir, step) +
                              " is for --model " + state.model + ", not " + o_.model.name);
@@ -226,13 +226,12 @@ void RankRunner::applyConfig(const control::ConfigWord& next, uint64_t step) {
     emitter_->setGauge(MetricId::kTopology, double(uint8_t(config_.topology)));
     emitter_->setGauge(MetricId::kPinning, double(uint8_t(config_.pinning)));
   }
-  log("applied epoch %" PRIu64 " at step %" PRIu64 ": topology %s pinning %s at %" PRIu64
-      " ns%s",
+  log("applied epoch %" PRIu64 " at step %" PRIu64 ": topology %s pinning %s at %" PRIu64 " ns%s",
       config_.epoch, step, std::string(topologyName(config_.topology)).c_str(),
       std::string(pinModeName(config_.pinning)).c_str(), applied,
-      o_.rank == 0 && pending_arrival_ns_ ? (" (arrived " + std::to_string(pending_arrival_ns_) +
-                                             " ns)").c_str()
-                                          : "");
+      o_.rank == 0 && pending_arrival_ns_
+          ? (" (arrived " + std::to_string(pending_arrival_ns_) + " ns)").c_str()
+          : "");
   if (pending_ && pending_->epoch <= config_.epoch) {
     pending_.reset();
     pending_arrival_ns_ = 0;
@@ -270,9 +269,8 @@ void RankRunner::writeTail(uint64_t step, bool collect) {
   tail[5] = float(uint8_t(w.pinning));
   // Long allreduces make the piggyback slow to deliver (a decision that just missed one waits for
   // the next): switch to a broadcast at each boundary, where its cost is small against the step.
-  tail[6] = o_.sync == "broadcast" ||
-            (o_.sync == "auto" && o_.switch_every == 0 &&
-             allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds);
+  tail[6] = o_.sync == "broadcast" || (o_.sync == "auto" && o_.switch_every == 0 &&
+                                       allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds);
 }
 
 void RankRunner::readTail() {
@@ -305,8 +303,8 @@ int RankRunner::run() {
   const std::string data_path = o_.data.empty() ? model::defaultDigitsPath() : o_.data;
   model::Split split = model::splitDataset(model::loadDigits(data_path), 0.2, o_.seed);
   model::Sharder sharder(split.train.rows(), o_.rank, o_.world, o_.batch, o_.seed);
-  model_ = std::make_unique<model::Mlp>(o_.model, std::max(o_.batch, 128), o_.hugepages,
-                                        kTailFloats);
+  model_ =
+      std::make_unique<model::Mlp>(o_.model, std::max(o_.batch, 128), o_.hugepages, kTailFloats);
   model_->initialize(o_.seed);
   config_ = {0, o_.topology, o_.pin};
 
@@ -409,8 +407,8 @@ int RankRunner::run() {
     if (emitter_ && features_on) {
       const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
       const double ar_s = std::chrono::duration<double>(t2 - t1).count();
-      emitter_->pushStep({realtimeNs(), step_s, ar_s, bytes,
-                          collective::busBandwidth(bytes, ar_s, o_.world)});
+      emitter_->pushStep(
+          {realtimeNs(), step_s, ar_s, bytes, collective::busBandwidth(bytes, ar_s, o_.world)});
       emitter_->setGauge(MetricId::kLoss, loss);
       emitter_->setGauge(MetricId::kSamplesPerSecond, step_s > 0 ? o_.batch / step_s : 0);
       emitter_->setGauge(MetricId::kStep, double(step + 1));
@@ -441,28 +439,32 @@ int RankRunner::run() {
     emitter_->setGauge(MetricId::kAccuracy, accuracy);
     emitter_->stop();  // flushes what is pending
   }
-  std::printf("bpftrain-train: rank %d: final step %" PRIu64 " loss %.4f test_accuracy %.4f "
+  std::printf("bpftrain-train: rank %d: final step %" PRIu64
+              " loss %.4f test_accuracy %.4f "
               "epoch %" PRIu64 " topology %s pinning %s params_hash 0x%016" PRIx64 "\n",
               o_.rank, o_.steps, loss, accuracy, config_.epoch,
               std::string(topologyName(config_.topology)).c_str(),
               std::string(pinModeName(config_.pinning)).c_str(),
               model::hashFloats(model_->parameters()));
   const double n_steps = double(std::max<uint64_t>(1, o_.steps - std::min(o_.steps, start_step_)));
-  std::printf("bpftrain-train: rank %d: mean step %.6f s (compute %.6f s, allreduce %.6f s, "
-              "busbw %.3g B/s) anon_hugepages %" PRId64 " bytes\n",
-              o_.rank, sum_step_s / n_steps, sum_compute_s / n_steps, sum_allreduce_s / n_steps,
-              collective::busBandwidth(bytes, sum_allreduce_s / n_steps, o_.world),
-              model::anonHugePagesBytes());
+  std::printf(
+      "bpftrain-train: rank %d: mean step %.6f s (compute %.6f s, allreduce %.6f s, "
+      "busbw %.3g B/s) anon_hugepages %" PRId64 " bytes\n",
+      o_.rank, sum_step_s / n_steps, sum_compute_s / n_steps, sum_allreduce_s / n_steps,
+      collective::busBandwidth(bytes, sum_allreduce_s / n_steps, o_.world),
+      model::anonHugePagesBytes());
   if (verifier_) {
-    std::printf("bpftrain-train: rank 0: control accepted %" PRIu64 " rejected %" PRIu64, 
+    std::printf("bpftrain-train: rank 0: control accepted %" PRIu64 " rejected %" PRIu64,
                 verifier_->accepted(), verifier_->rejectedTotal());
     for (int r = 1; r < int(control::Reject::kCount); ++r)
       if (uint64_t n = verifier_->rejected(control::Reject(r)))
-        std::printf(" %s=%" PRIu64, std::string(control::rejectName(control::Reject(r))).c_str(), n);
+        std::printf(" %s=%" PRIu64, std::string(control::rejectName(control::Reject(r))).c_str(),
+                    n);
     std::printf("\n");
   }
   if (emitter_)
-    std::printf("bpftrain-train: rank %d: telemetry frames %" PRIu64 " dropped samples %" PRIu64 "\n",
+    std::printf("bpftrain-train: rank %d: telemetry frames %" PRIu64 " dropped samples %" PRIu64
+                "\n",
                 o_.rank, emitter_->framesSent(), emitter_->dropped());
   if (o_.overhead_ab > 0) {
     auto median = [](std::vector<double>& v) {
@@ -471,9 +473,10 @@ int RankRunner::run() {
       return v[v.size() / 2];
     };
     double on = median(ab_on), off = median(ab_off);
-    std::printf("bpftrain-train: rank %d: overhead_ab median step off %.6f s on %.6f s "
-                "overhead %+.2f%% (%zu/%zu steps)\n",
-                o_.rank, off, on, off > 0 ? (on / off - 1) * 100 : 0.0, ab_off.size(), ab_on.size());
+    std::printf(
+        "bpftrain-train: rank %d: overhead_ab median step off %.6f s on %.6f s "
+        "overhead %+.2f%% (%zu/%zu steps)\n",
+        o_.rank, off, on, off > 0 ? (on / off - 1) * 100 : 0.0, ab_off.size(), ab_on.size());
   }
   std::fflush(stdout);
   // Keep every rank alive until all are done, so no one sees a peer vanish mid-collective.

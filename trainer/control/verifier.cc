@@ -9,15 +9,24 @@ namespace bpftrain::trainer::control {
 
 std::string_view rejectName(Reject r) {
   switch (r) {
-    case Reject::kNone: return "none";
-    case Reject::kMalformed: return "malformed";
-    case Reject::kWrongJob: return "wrong_job";
-    case Reject::kBadMac: return "bad_mac";
-    case Reject::kClockSkew: return "clock_skew";
-    case Reject::kReplay: return "replay";
-    case Reject::kStaleEpoch: return "stale_epoch";
-    case Reject::kUnknownValue: return "unknown_value";
-    case Reject::kCount: break;
+    case Reject::kNone:
+      return "none";
+    case Reject::kMalformed:
+      return "malformed";
+    case Reject::kWrongJob:
+      return "wrong_job";
+    case Reject::kBadMac:
+      return "bad_mac";
+    case Reject::kClockSkew:
+      return "clock_skew";
+    case Reject::kReplay:
+      return "replay";
+    case Reject::kStaleEpoch:
+      return "stale_epoch";
+    case Reject::kUnknownValue:
+      return "unknown_value";
+    case Reject::kCount:
+      break;
   }
   return "unknown";
 }
@@ -39,7 +48,8 @@ void Verifier::count(Reject r, uint64_t epoch) {
   uint64_t n = ++rejected_[size_t(r)];
   // Log the first few of each reason, then every 1000th: visible, but a flood cannot fill the log.
   if (n <= 10 || n % 1000 == 0)
-    std::fprintf(stderr, "bpftrain-train: control: rejected decision (epoch %llu): %.*s (%llu so far)\n",
+    std::fprintf(stderr,
+                 "bpftrain-train: control: rejected decision (epoch %llu): %.*s (%llu so far)\n",
                  static_cast<unsigned long long>(epoch), int(rejectName(r).size()),
                  rejectName(r).data(), static_cast<unsigned long long>(n));
 }
@@ -77,9 +87,9 @@ Reject Verifier::check(std::span<const uint8_t> frame_bytes, uint64_t now_ns, Co
   }
   uint8_t signing[512];
   size_t len = wire::controlSigningBytes(signing, c);
-  Mac expected = hmacSha256(
-      std::span(reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size()),
-      std::span<const uint8_t>(signing, len));
+  Mac expected =
+      hmacSha256(std::span(reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size()),
+                 std::span<const uint8_t>(signing, len));
   if (len == 0 || !macEqual(expected, c.mac)) {
     count(Reject::kBadMac, c.epoch);
     return Reject::kBadMac;
@@ -105,7 +115,8 @@ Reject Verifier::check(std::span<const uint8_t> frame_bytes, uint64_t now_ns, Co
   newest_epoch_ = c.epoch;
   out = {c.epoch, Topology(c.topology), PinMode(c.pinning)};
   ++accepted_;
-  std::fprintf(stderr, "bpftrain-train: control: accepted epoch %llu: topology %.*s, pinning %.*s\n",
+  std::fprintf(stderr,
+               "bpftrain-train: control: accepted epoch %llu: topology %.*s, pinning %.*s\n",
                static_cast<unsigned long long>(c.epoch), int(topologyName(out.topology).size()),
                topologyName(out.topology).data(), int(pinModeName(out.pinning).size()),
                pinModeName(out.pinning).data());

@@ -18,13 +18,13 @@ namespace bpftrain::trainer::control {
 
 enum class Reject : uint8_t {
   kNone = 0,
-  kMalformed,       // not a decodable control frame
+  kMalformed,  // not a decodable control frame
   kWrongJob,
   kBadMac,
-  kClockSkew,       // timestamp too far from now
-  kReplay,          // this exact signed decision was seen before
-  kStaleEpoch,      // epoch <= the newest accepted one
-  kUnknownValue,    // topology or pinning value this trainer does not know
+  kClockSkew,     // timestamp too far from now
+  kReplay,        // this exact signed decision was seen before
+  kStaleEpoch,    // epoch <= the newest accepted one
+  kUnknownValue,  // topology or pinning value this trainer does not know
   kCount,
 };
 std::string_view rejectName(Reject r);

@@ -114,7 +114,7 @@ int runLauncher(const LaunchSpec& spec) {
   }
 
   if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 1;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = onSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
@@ -136,12 +136,12 @@ int runLauncher(const LaunchSpec& spec) {
     std::vector<std::string> args{spec.executable};
     args.insert(args.end(), spec.rank_args.begin(), spec.rank_args.end());
     args.insert(args.end(), {"--rank", std::to_string(r), "--world", std::to_string(spec.ranks),
-                             "--local-rank", std::to_string(local_rank[size_t(r)]),
-                             "--local-world", std::to_string(local_world[size_t(r)]),
-                             "--store", store});
+                             "--local-rank", std::to_string(local_rank[size_t(r)]), "--local-world",
+                             std::to_string(local_world[size_t(r)]), "--store", store});
     if (!node_of.empty()) {
       std::string list;
-      for (size_t i = 0; i < node_of.size(); ++i) list += (i ? "," : "") + std::to_string(node_of[i]);
+      for (size_t i = 0; i < node_of.size(); ++i)
+        list += (i ? "," : "") + std::to_string(node_of[i]);
       args.insert(args.end(), {"--node-of", list});
     }
     int err[2];
@@ -162,7 +162,8 @@ int runLauncher(const LaunchSpec& spec) {
         int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
           childFail("rank " + std::to_string(r) + ": cannot enter network namespace " + ns + " (" +
-                    path + "): " + std::strerror(errno) + " (create it with ip netns add, as root)");
+                    path + "): " + std::strerror(errno) +
+                    " (create it with ip netns add, as root)");
         close(fd);
         std::string addr = namespaceAddress();
         if (addr.empty())
@@ -217,8 +218,9 @@ int runLauncher(const LaunchSpec& spec) {
   };
 
   for (;;) {
-    bool all_done = std::all_of(children.begin(), children.end(),
-                                [](const Child& c) { return c.pid < 0 || (c.exited && c.err_fd < 0); });
+    bool all_done = std::all_of(children.begin(), children.end(), [](const Child& c) {
+      return c.pid < 0 || (c.exited && c.err_fd < 0);
+    });
     if (all_done) break;
     std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
     std::vector<int> owners{-1};
@@ -256,9 +258,10 @@ int runLauncher(const LaunchSpec& spec) {
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && failed_rank < 0 && forwarded_signal == 0) {
           failed_rank = r;
-          std::fprintf(stderr, "bpftrain-train: rank %d (pid %d) %s%s%s; stopping the other ranks\n",
-                       r, int(pid), describeStatus(status).c_str(),
-                       c.last_line.empty() ? "" : ": ", c.last_line.c_str());
+          std::fprintf(stderr,
+                       "bpftrain-train: rank %d (pid %d) %s%s%s; stopping the other ranks\n", r,
+                       int(pid), describeStatus(status).c_str(), c.last_line.empty() ? "" : ": ",
+                       c.last_line.c_str());
           stopOthers(SIGTERM);
         }
       }

@@ -15,9 +15,9 @@ struct LaunchSpec {
   std::string executable;              // usually /proc/self/exe
   std::vector<std::string> rank_args;  // flags every rank gets (no --ranks/--netns/--rank...)
   int ranks = 1;
-  std::string store;                   // empty: a fresh temporary directory, removed afterwards
-  std::vector<std::string> netns;      // empty or one per rank
-  std::vector<int> node_of;            // empty: derived from netns (or all on node 0)
+  std::string store;               // empty: a fresh temporary directory, removed afterwards
+  std::vector<std::string> netns;  // empty or one per rank
+  std::vector<int> node_of;        // empty: derived from netns (or all on node 0)
   std::chrono::milliseconds stop_timeout{10'000};
 };
 

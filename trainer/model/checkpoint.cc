@@ -148,7 +148,7 @@ bool loadCheckpoint(const std::string& dir, uint64_t step, CheckpointState& stat
     error = std::strerror(errno);
     return false;
   }
-  struct stat st{};
+  struct stat st {};
   fstat(fd, &st);
   auto fail = [&](const std::string& why) {
     error = why;

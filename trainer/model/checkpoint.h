@@ -16,7 +16,7 @@ struct CheckpointState {
   uint8_t topology = 0;
   uint8_t pinning = 0;
   uint64_t seed = 0;
-  std::string model;          // model spec text; a resume with another model is refused
+  std::string model;  // model spec text; a resume with another model is refused
 };
 
 // Writes DIR/ckpt-<step>.bin atomically and keeps the newest `keep` checkpoints.

@@ -20,7 +20,7 @@ namespace bpftrain::trainer::model {
 namespace {
 
 bool fileExists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -121,9 +121,9 @@ Split splitDataset(const Dataset& all, double test_fraction, uint64_t seed) {
 Sharder::Sharder(size_t train_rows, int rank, int world, int batch, uint64_t seed)
     : rank_(rank), seed_(seed) {
   for (size_t i = size_t(rank); i < train_rows; i += size_t(world)) shard_.push_back(uint32_t(i));
-  if (shard_.empty()) throw std::runtime_error("rank " + std::to_string(rank) + " of " +
-                                               std::to_string(world) +
-                                               " has no training rows: use fewer ranks");
+  if (shard_.empty())
+    throw std::runtime_error("rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                             " has no training rows: use fewer ranks");
   order_ = shard_;
   batch_.resize(size_t(batch));
 }

@@ -22,7 +22,8 @@ struct Dataset {
 // data/ (tools/setup puts it there), then the installed share directory.
 std::string defaultDigitsPath();
 
-// Throws std::runtime_error naming tools/setup when the file is missing, and the line when malformed.
+// Throws std::runtime_error naming tools/setup when the file is missing, and the line when
+// malformed.
 Dataset loadDigits(const std::string& path);
 
 struct Split {
@@ -33,7 +34,8 @@ struct Split {
 Split splitDataset(const Dataset& all, double test_fraction, uint64_t seed);
 
 // The rank's shard of the training rows and the batch for each step. batchFor(step) is a pure
-// function of (seed, rank, step), so a resumed run sees exactly the batches of an uninterrupted one.
+// function of (seed, rank, step), so a resumed run sees exactly the batches of an uninterrupted
+// one.
 class Sharder {
  public:
   Sharder(size_t train_rows, int rank, int world, int batch, uint64_t seed);

@@ -18,8 +18,8 @@ HugeBuffer::HugeBuffer(size_t count, bool hugepages) : count_(count) {
   region_bytes_ = (bytes + kHugePageSize - 1) / kHugePageSize * kHugePageSize;
   // Over-map by one huge page so the start can be aligned without MAP_HUGETLB reservations.
   mapping_bytes_ = region_bytes_ + kHugePageSize;
-  mapping_ = mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                  -1, 0);
+  mapping_ =
+      mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapping_ == MAP_FAILED) {
     mapping_ = nullptr;
     throw std::runtime_error("cannot map " + std::to_string(mapping_bytes_ >> 20) +

@@ -15,7 +15,8 @@ class HugeBuffer {
  public:
   HugeBuffer() = default;
   // Zero-filled. Throws std::runtime_error if the mapping fails. With `hugepages`, the range is
-  // madvise(MADV_HUGEPAGE)d; a kernel that refuses is not an error (THP off), just fewer huge pages.
+  // madvise(MADV_HUGEPAGE)d; a kernel that refuses is not an error (THP off), just fewer huge
+  // pages.
   HugeBuffer(size_t count, bool hugepages);
   ~HugeBuffer();
   HugeBuffer(HugeBuffer&& other) noexcept;

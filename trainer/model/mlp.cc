@@ -92,7 +92,8 @@ void Mlp::forward(const Dataset& data, const uint32_t* rows, int n) {
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     float* out = act_[l + 1].data();
-    for (int i = 0; i < n; ++i) std::memcpy(out + size_t(i) * L.out, p + L.b, sizeof(float) * L.out);
+    for (int i = 0; i < n; ++i)
+      std::memcpy(out + size_t(i) * L.out, p + L.b, sizeof(float) * L.out);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, L.out, L.in, 1.0f, act_[l].data(),
                 L.in, p + L.w, L.out, 1.0f, out, L.out);
     if (l + 1 < layers_.size())
@@ -115,8 +116,7 @@ float Mlp::computeGradients(const Dataset& data, std::span<const uint32_t> batch
     for (int k = 0; k < last.out; ++k) sum += std::exp(double(z[k] - zmax));
     int label = data.y[batch[i]];
     loss += std::log(sum) - double(z[label] - zmax);
-    for (int k = 0; k < last.out; ++k)
-      g[k] = float(std::exp(double(z[k] - zmax)) / sum) / float(n);
+    for (int k = 0; k < last.out; ++k) g[k] = float(std::exp(double(z[k] - zmax)) / sum) / float(n);
     g[label] -= 1.0f / float(n);
   }
   float* grads = grads_.data();
@@ -133,8 +133,8 @@ float Mlp::computeGradients(const Dataset& data, std::span<const uint32_t> batch
       for (int k = 0; k < L.out; ++k) db[k] += delta_[size_t(i) * L.out + k];
     if (l == 0) break;
     // delta_prev = (delta W^T) ⊙ relu'(a).
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L.in, L.out, 1.0f, delta_.data(),
-                L.out, p + L.w, L.out, 0.0f, delta_prev_.data(), L.in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L.in, L.out, 1.0f, delta_.data(), L.out,
+                p + L.w, L.out, 0.0f, delta_prev_.data(), L.in);
     for (size_t i = 0; i < size_t(n) * size_t(L.in); ++i)
       if (a[i] <= 0.0f) delta_prev_[i] = 0.0f;
     std::swap(delta_, delta_prev_);

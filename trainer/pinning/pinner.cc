@@ -81,7 +81,8 @@ PinPlan Pinner::plan(PinMode mode) const {
     }
     case PinMode::kNuma: {
       int node_index = int(int64_t(r) * numa_nodes_ / N);
-      hwloc_obj_t node = hwloc_get_obj_by_type(impl_->topo, HWLOC_OBJ_NUMANODE, unsigned(node_index));
+      hwloc_obj_t node =
+          hwloc_get_obj_by_type(impl_->topo, HWLOC_OBJ_NUMANODE, unsigned(node_index));
       if (node == nullptr) {
         p.compute_cpus = pus_;
       } else {

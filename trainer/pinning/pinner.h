@@ -2,10 +2,11 @@
 //   none     every thread may run on every allowed PU; memory policy default.
 //   compact  ranks are packed onto consecutive PUs (hwloc logical order keeps cores and LLCs
 //            contiguous): local rank r gets PUs [r*n/N, r*n/N + max(1, n/N)) cut to the LLC of the
-//            first, and ALL its threads share that slice (compute and communication close together).
+//            first, and ALL its threads share that slice (compute and communication close
+//            together).
 //   spread   ranks are interleaved over the whole machine: rank r owns PUs r, r+N, r+2N... (or PU
-//            r mod n when ranks outnumber PUs); the compute thread runs on the first of them and the
-//            communication threads on the others (on the same PU when there is no other).
+//            r mod n when ranks outnumber PUs); the compute thread runs on the first of them and
+//            the communication threads on the others (on the same PU when there is no other).
 //   numa     rank r lives on NUMA node r*nodes/N: threads on the node's PUs, and the model buffers
 //            bound there (hwloc membind, existing pages migrated on a switch).
 // A switch re-pins at a step boundary; plan() is pure, apply() touches the threads.
@@ -25,7 +26,7 @@ namespace bpftrain::trainer::pinning {
 struct PinPlan {
   std::vector<int> compute_cpus;  // OS CPU numbers, ascending
   std::vector<int> comm_cpus;
-  int numa_node = -1;             // OS node index whose memory the buffers are bound to; -1: default
+  int numa_node = -1;  // OS node index whose memory the buffers are bound to; -1: default
 };
 
 struct MemoryRegion {
@@ -44,7 +45,8 @@ class Pinner {
 
   PinPlan plan(PinMode mode) const;
   // Binds every tid in `compute` and `comm` per plan(mode), and (numa mode) the regions' memory.
-  // Threads that exited meanwhile are skipped. Returns false with `error` on the first real failure.
+  // Threads that exited meanwhile are skipped. Returns false with `error` on the first real
+  // failure.
   bool apply(PinMode mode, std::span<const pid_t> compute, std::span<const pid_t> comm,
              std::span<const MemoryRegion> regions, std::string& error);
 

@@ -31,7 +31,8 @@ bool parseHostPort(const std::string& text, std::string& host, uint16_t& port, s
     return false;
   }
   host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   char* end = nullptr;
   long p = std::strtol(text.c_str() + colon + 1, &end, 10);
   if (*end != '\0' || p < 0 || p > 65535) {
@@ -228,7 +229,8 @@ void Emitter::flushRecords(uint64_t now_ns) {
   // Drops are reported as a counter increment; what this very report loses is counted next tick.
   static_assert(sizeof(uint64_t) == 8);
   uint64_t dropped = dropped_.load(std::memory_order_relaxed);
-  add(MetricId::kTelemetryDropped, SampleType::kCounter, now_ns, double(dropped - reported_dropped_));
+  add(MetricId::kTelemetryDropped, SampleType::kCounter, now_ns,
+      double(dropped - reported_dropped_));
   reported_dropped_ = dropped;
   flush();
 }

@@ -26,11 +26,11 @@ struct EmitterOptions {
   std::string collector = "127.0.0.1:9470";  // HOST:PORT (IPv4 literal or resolvable name)
   int hz = 10;                               // 1..100
   std::string job = "default";
-  std::string node;                          // defaults to the hostname
+  std::string node;  // defaults to the hostname
   uint32_t rank = 0;
   uint32_t world = 1;
   std::chrono::milliseconds hello_every{3000};
-  size_t ring_capacity = 4096;               // per-step records buffered between ticks
+  size_t ring_capacity = 4096;  // per-step records buffered between ticks
 };
 
 // One step's measurements, pushed by the training thread.
@@ -78,7 +78,7 @@ class Emitter {
   int fd_ = -1;
   uint64_t sender_id_ = 0;
   uint32_t sequence_ = 0;
-  std::vector<uint8_t> buffer_;  // one frame, reused
+  std::vector<uint8_t> buffer_;              // one frame, reused
   std::vector<wire::SampleRecord> records_;  // reused per tick
 
   std::vector<StepRecord> ring_;

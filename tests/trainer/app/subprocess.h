@@ -65,9 +65,9 @@ class Subprocess {
     return true;
   }
   bool waitFor(const std::string& text, std::chrono::milliseconds limit) {
-    return readUntil([&] { return out.find(text) != std::string::npos ||
-                                  err.find(text) != std::string::npos; },
-                     limit);
+    return readUntil(
+        [&] { return out.find(text) != std::string::npos || err.find(text) != std::string::npos; },
+        limit);
   }
   // Waits for exit (reading output meanwhile); nullopt on timeout.
   std::optional<int> wait(std::chrono::milliseconds limit) {
@@ -76,9 +76,12 @@ class Subprocess {
     while (!status_) {
       int st = 0;
       pid_t r = waitpid(pid_, &st, WNOHANG);
-      if (r == pid_) status_ = st;
-      else if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
-      else usleep(1000);
+      if (r == pid_)
+        status_ = st;
+      else if (std::chrono::steady_clock::now() > deadline)
+        return std::nullopt;
+      else
+        usleep(1000);
     }
     return status_;
   }

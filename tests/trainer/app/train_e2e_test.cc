@@ -1,6 +1,7 @@
 // End-to-end runs of bpftrain-train: accuracy, bit-identical ranks across live switches,
 // checkpoint + resume, the launcher's failure handling, telemetry, signed control, bad input.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -12,8 +13,6 @@
 #include <regex>
 #include <set>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "common/hmac.h"
 #include "common/training_config.h"
@@ -103,8 +102,9 @@ TEST_P(SwitchPath, RanksStayBitIdenticalAcrossRandomTopologyAndPinningSwitches) 
 }
 
 TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
-  const std::vector<std::string> common{"--ranks", "2", "--switch-every", "7", "--switch-seed",
-                                        "5", "--collector", "none", "--quiet"};
+  const std::vector<std::string> common{"--ranks",       "2", "--switch-every", "7",
+                                        "--switch-seed", "5", "--collector",    "none",
+                                        "--quiet"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = common;
     a.insert(a.end(), extra.begin(), extra.end());
@@ -118,7 +118,8 @@ TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
   TempDir dir;
   Subprocess first(with({"--steps", "80", "--checkpoint", dir.path(), "--checkpoint-every", "20"}));
   ASSERT_EQ(first.exitCode(60s), 0) << first.err;
-  Subprocess resumed(with({"--steps", "120", "--checkpoint", dir.path(), "--checkpoint-every", "20", "--resume"}));
+  Subprocess resumed(
+      with({"--steps", "120", "--checkpoint", dir.path(), "--checkpoint-every", "20", "--resume"}));
   ASSERT_EQ(resumed.exitCode(60s), 0) << resumed.err;
   auto h = finalHashes(resumed.out);
   EXPECT_EQ(h[0], expected);
@@ -134,7 +135,8 @@ TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
   }
   // And tear the one before it, as a crash mid-write would.
   fs::resize_file(dir.path() + "/ckpt-00000000000000000100.bin", 4096);
-  Subprocess again(with({"--steps", "120", "--checkpoint", dir.path(), "--checkpoint-every", "20", "--resume"}));
+  Subprocess again(
+      with({"--steps", "120", "--checkpoint", dir.path(), "--checkpoint-every", "20", "--resume"}));
   ASSERT_EQ(again.exitCode(60s), 0) << again.err;
   EXPECT_NE(again.err.find("skipping checkpoint"), std::string::npos) << again.err;
   EXPECT_NE(again.err.find("CRC32 mismatch"), std::string::npos) << again.err;
@@ -143,13 +145,16 @@ TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
 }
 
 TEST(TrainE2E, KilledRankMakesLauncherStopOthersAndNameIt) {
-  Subprocess p(cmd({"--ranks", "3", "--steps", "100000000", "--model", "mlp:128x2",
-                    "--collector", "none", "--timeout", "10", "--eval-every", "0"}));
-  ASSERT_TRUE(p.readUntil([&] { return finalHashes(p.out).empty() &&
-                                       std::regex_search(p.out, std::regex("rank 2: world 3")) &&
-                                       std::regex_search(p.out, std::regex("rank 0: world 3")) &&
-                                       std::regex_search(p.out, std::regex("rank 1: world 3")); },
-                          60s))
+  Subprocess p(cmd({"--ranks", "3", "--steps", "100000000", "--model", "mlp:128x2", "--collector",
+                    "none", "--timeout", "10", "--eval-every", "0"}));
+  ASSERT_TRUE(p.readUntil(
+      [&] {
+        return finalHashes(p.out).empty() &&
+               std::regex_search(p.out, std::regex("rank 2: world 3")) &&
+               std::regex_search(p.out, std::regex("rank 0: world 3")) &&
+               std::regex_search(p.out, std::regex("rank 1: world 3"));
+      },
+      60s))
       << p.out << p.err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(launcher: rank 1 pid (\d+))")));
@@ -167,8 +172,8 @@ TEST(TrainE2E, KilledRankMakesLauncherStopOthersAndNameIt) {
 }
 
 TEST(TrainE2E, LauncherForwardsSigterm) {
-  Subprocess p(cmd({"--ranks", "2", "--steps", "100000000", "--collector", "none",
-                    "--eval-every", "0"}));
+  Subprocess p(
+      cmd({"--ranks", "2", "--steps", "100000000", "--collector", "none", "--eval-every", "0"}));
   ASSERT_TRUE(p.waitFor("rank 1: world 2", 60s)) << p.err;
   ASSERT_TRUE(p.waitFor("rank 0: world 2", 60s)) << p.err;
   kill(p.pid(), SIGTERM);
@@ -232,8 +237,8 @@ class UdpSink {
 
 TEST(TrainE2E, TelemetryFramesDecodeAtTheCollector) {
   UdpSink sink;
-  Subprocess p(cmd({"--ranks", "2", "--steps", "400", "--collector", sink.address(),
-                    "--metrics-hz", "50", "--job", "e2e", "--eval-every", "100"}));
+  Subprocess p(cmd({"--ranks", "2", "--steps", "400", "--collector", sink.address(), "--metrics-hz",
+                    "50", "--job", "e2e", "--eval-every", "100"}));
   auto deadline = std::chrono::steady_clock::now() + 60s;
   std::optional<int> code;
   while (!code && std::chrono::steady_clock::now() < deadline) {
@@ -246,11 +251,11 @@ TEST(TrainE2E, TelemetryFramesDecodeAtTheCollector) {
   using wire::MetricId;
   EXPECT_EQ(sink.hello_ranks, (std::set<uint32_t>{0, 1}));
   EXPECT_GE(sink.tids[0], 2u);  // main + Gloo + emitter threads at least
-  for (MetricId id : {MetricId::kStepSeconds, MetricId::kAllreduceSeconds, MetricId::kAllreduceBytes,
-                      MetricId::kAllreduceBusbwBytesPerSecond, MetricId::kSamplesPerSecond,
-                      MetricId::kLoss, MetricId::kTopology, MetricId::kPinning,
-                      MetricId::kConfigEpoch, MetricId::kStep, MetricId::kCheckpointActive,
-                      MetricId::kAnonHugePagesBytes, MetricId::kTelemetryDropped})
+  for (MetricId id :
+       {MetricId::kStepSeconds, MetricId::kAllreduceSeconds, MetricId::kAllreduceBytes,
+        MetricId::kAllreduceBusbwBytesPerSecond, MetricId::kSamplesPerSecond, MetricId::kLoss,
+        MetricId::kTopology, MetricId::kPinning, MetricId::kConfigEpoch, MetricId::kStep,
+        MetricId::kCheckpointActive, MetricId::kAnonHugePagesBytes, MetricId::kTelemetryDropped})
     EXPECT_GT(sink.counts[id], 0) << wire::metricInfo(id).name;
   EXPECT_GT(sink.counts[MetricId::kAccuracy], 0);
   EXPECT_EQ(sink.counts[MetricId::kStepSeconds], 2 * 400);  // every step of both ranks
@@ -299,11 +304,15 @@ TEST(TrainE2E, SignedDecisionSwitchesEveryRankAtTheSameStepForgedAndReplayedAreR
                     "--metrics-hz", "50", "--eval-every", "0"}));
   ASSERT_TRUE(p.waitFor("control listening on", 60s)) << p.err;
   std::smatch m;
-  ASSERT_TRUE(p.readUntil([&] {
-    return std::regex_search(p.out, m, std::regex(R"(control listening on \S+ \(port (\d+)\))"));
-  }, 5s));
+  ASSERT_TRUE(p.readUntil(
+      [&] {
+        return std::regex_search(p.out, m,
+                                 std::regex(R"(control listening on \S+ \(port (\d+)\))"));
+      },
+      5s));
   uint16_t port = uint16_t(std::stoi(m[1]));
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(p.waitFor("rank " + std::to_string(r) + ": world 3", 60s));
+  for (int r = 0; r < 3; ++r)
+    ASSERT_TRUE(p.waitFor("rank " + std::to_string(r) + ": world 3", 60s));
 
   sendTo(port, signedDecision("adapt", 1, Topology::kBcube, PinMode::kSpread, "forged-key"));
   ASSERT_TRUE(p.waitFor("bad_mac (1 so far)", 30s)) << p.err;
@@ -321,8 +330,9 @@ TEST(TrainE2E, SignedDecisionSwitchesEveryRankAtTheSameStepForgedAndReplayedAreR
     EXPECT_EQ(applied[r].size(), 1u) << "rank " << r;
     EXPECT_EQ(applied[r][1], step) << "rank " << r;
     EXPECT_TRUE(std::regex_search(
-        p.out, std::regex("rank " + std::to_string(r) +
-                          ": applied epoch 1 at step \\d+: topology halving-doubling pinning compact")));
+        p.out,
+        std::regex("rank " + std::to_string(r) +
+                   ": applied epoch 1 at step \\d+: topology halving-doubling pinning compact")));
   }
   // The applied epoch reaches telemetry from every rank.
   auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -432,11 +442,12 @@ TEST(TrainE2E, ComputeAndCommunicationThreadsArePinnedAsPlanned) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &mine)) cpus.push_back(c);
   if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to tell compute and communication apart";
-  Subprocess p(cmd({"--steps", "100000000", "--pin", "spread", "--eval-every", "0",
-                    "--collector", "127.0.0.1:9"}));
+  Subprocess p(cmd({"--steps", "100000000", "--pin", "spread", "--eval-every", "0", "--collector",
+                    "127.0.0.1:9"}));
   ASSERT_TRUE(p.waitFor("rank 0: world 1", 60s)) << p.err;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(threads compute (\S+) communication (\S+))")))
+  ASSERT_TRUE(
+      std::regex_search(p.out, m, std::regex(R"(threads compute (\S+) communication (\S+))")))
       << p.out;
   auto tids = [](const std::string& list) {
     std::vector<pid_t> out;
@@ -479,7 +490,8 @@ class NamespacePair {
     b_ = "bttr" + tag + "b";
     ok_ = run("ip netns add " + a_) && run("ip netns add " + b_) &&
           run("ip link add " + a_ + "v type veth peer name " + b_ + "v") &&
-          run("ip link set " + a_ + "v netns " + a_) && run("ip link set " + b_ + "v netns " + b_) &&
+          run("ip link set " + a_ + "v netns " + a_) &&
+          run("ip link set " + b_ + "v netns " + b_) &&
           run("ip -n " + a_ + " addr add 10.231.7.1/24 dev " + a_ + "v") &&
           run("ip -n " + b_ + " addr add 10.231.7.2/24 dev " + b_ + "v") &&
           run("ip -n " + a_ + " link set " + a_ + "v up") &&

@@ -4,6 +4,7 @@
 //  2. switch latency: kernel arrival of a signed decision at rank 0 -> the last rank running the
 //     new topology, against the step time.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,8 +16,6 @@
 #include <fstream>
 #include <map>
 #include <regex>
-
-#include <gtest/gtest.h>
 
 #include "common/hmac.h"
 #include "common/training_config.h"
@@ -100,12 +99,21 @@ TEST(TrainerBench, TelemetryAndAdaptiveOverheadOnStepTime) {
     // One extra run with the features absent from both halves (A/A): the noise floor.
     for (int rep = 0; rep <= r.repeats; ++rep) {
       const bool aa = rep == r.repeats;
-      std::vector<std::string> args{kTrain, "--ranks", "2", "--model", r.model, "--steps",
-                                    std::to_string(r.steps), "--overhead-ab",
-                                    std::to_string(r.block), "--eval-every", "0", "--quiet"};
-      std::vector<std::string> features{"--adaptive", "--secret", f.secret_file, "--control",
-                                        "127.0.0.1:0", "--collector", f.sink_address,
-                                        "--metrics-hz", "100"};
+      std::vector<std::string> args{kTrain,
+                                    "--ranks",
+                                    "2",
+                                    "--model",
+                                    r.model,
+                                    "--steps",
+                                    std::to_string(r.steps),
+                                    "--overhead-ab",
+                                    std::to_string(r.block),
+                                    "--eval-every",
+                                    "0",
+                                    "--quiet"};
+      std::vector<std::string> features{"--adaptive",   "--secret",     f.secret_file,
+                                        "--control",    "127.0.0.1:0",  "--collector",
+                                        f.sink_address, "--metrics-hz", "100"};
       if (aa) {
         args.insert(args.end(), {"--collector", "none"});
       } else {
@@ -132,13 +140,17 @@ TEST(TrainerBench, TelemetryAndAdaptiveOverheadOnStepTime) {
 void measureSwitchLatency(const std::string& model, int decisions) {
   Fixture f;
   const int ranks = 3;
-  Subprocess p({kTrain, "--ranks", std::to_string(ranks), "--model", model, "--steps",
-                "1000000000", "--adaptive", "--secret", f.secret_file, "--control", "127.0.0.1:0",
-                "--job", "bench", "--collector", f.sink_address, "--eval-every", "0"});
+  Subprocess p({kTrain, "--ranks", std::to_string(ranks), "--model", model, "--steps", "1000000000",
+                "--adaptive", "--secret", f.secret_file, "--control", "127.0.0.1:0", "--job",
+                "bench", "--collector", f.sink_address, "--eval-every", "0"});
   std::smatch m;
-  ASSERT_TRUE(p.readUntil([&] {
-    return std::regex_search(p.out, m, std::regex(R"(control listening on \S+ \(port (\d+)\))"));
-  }, 60s)) << p.err;
+  ASSERT_TRUE(p.readUntil(
+      [&] {
+        return std::regex_search(p.out, m,
+                                 std::regex(R"(control listening on \S+ \(port (\d+)\))"));
+      },
+      60s))
+      << p.err;
   uint16_t port = uint16_t(std::stoi(m[1]));
   for (int r = 0; r < ranks; ++r)
     ASSERT_TRUE(p.waitFor("rank " + std::to_string(r) + ": world", 60s));
@@ -148,8 +160,8 @@ void measureSwitchLatency(const std::string& model, int decisions) {
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::printf("\nswitch latency, %d ranks, --model %s\n", ranks, model.c_str());
-  std::printf("%-6s %-17s %12s %10s %12s %s\n", "epoch", "topology", "latency", "step",
-              "step+50ms", "ok");
+  std::printf("%-6s %-17s %12s %10s %12s %s\n", "epoch", "topology", "latency", "step", "step+50ms",
+              "ok");
   int ok = 0;
   double last_step_ms = 100;
   uint64_t prev_step = 0, prev_time = 0;
@@ -160,13 +172,19 @@ void measureSwitchLatency(const std::string& model, int decisions) {
     usleep(useconds_t(20'000 + double((e * 37) % 100) / 100 * last_step_ms * 1000));
     sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
     std::string tag = "applied epoch " + std::to_string(e) + " at step ";
-    ASSERT_TRUE(p.readUntil([&] {
-      size_t n = 0;
-      for (size_t pos = p.out.find(tag); pos != std::string::npos; pos = p.out.find(tag, pos + 1)) ++n;
-      return int(n) == ranks;
-    }, 60s)) << p.out.substr(p.out.size() > 4000 ? p.out.size() - 4000 : 0);
-    std::regex applied("rank (\\d+): applied epoch " + std::to_string(e) +
-                       R"( at step (\d+): topology \S+ pinning \S+ at (\d+) ns(?: \(arrived (\d+) ns\))?)");
+    ASSERT_TRUE(p.readUntil(
+        [&] {
+          size_t n = 0;
+          for (size_t pos = p.out.find(tag); pos != std::string::npos;
+               pos = p.out.find(tag, pos + 1))
+            ++n;
+          return int(n) == ranks;
+        },
+        60s))
+        << p.out.substr(p.out.size() > 4000 ? p.out.size() - 4000 : 0);
+    std::regex applied(
+        "rank (\\d+): applied epoch " + std::to_string(e) +
+        R"( at step (\d+): topology \S+ pinning \S+ at (\d+) ns(?: \(arrived (\d+) ns\))?)");
     uint64_t arrival = 0, last = 0, step = 0;
     for (std::sregex_iterator it(p.out.begin(), p.out.end(), applied), end; it != end; ++it) {
       last = std::max<uint64_t>(last, std::stoull((*it)[3]));
@@ -176,10 +194,13 @@ void measureSwitchLatency(const std::string& model, int decisions) {
     ASSERT_GT(arrival, 0u);
     // Step time right now: from the previous epoch's apply on rank 0 to this one.
     std::smatch r0;
-    std::regex rank0("rank 0: applied epoch " + std::to_string(e) + R"( at step (\d+): .* at (\d+) ns)");
+    std::regex rank0("rank 0: applied epoch " + std::to_string(e) +
+                     R"( at step (\d+): .* at (\d+) ns)");
     std::regex_search(p.out, r0, rank0);
     uint64_t t0 = std::stoull(r0[2]);
-    double step_ms = prev_step > 0 && step > prev_step ? double(t0 - prev_time) / double(step - prev_step) / 1e6 : 0;
+    double step_ms = prev_step > 0 && step > prev_step
+                         ? double(t0 - prev_time) / double(step - prev_step) / 1e6
+                         : 0;
     prev_step = step;
     prev_time = t0;
     if (step_ms > 0) last_step_ms = step_ms;

@@ -1,4 +1,7 @@
+#include "trainer/control/verifier.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -6,12 +9,9 @@
 #include <ctime>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "common/hmac.h"
 #include "common/wire_format.h"
 #include "trainer/control/control_receiver.h"
-#include "trainer/control/verifier.h"
 
 namespace bpftrain::trainer::control {
 namespace {

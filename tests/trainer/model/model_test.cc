@@ -1,11 +1,10 @@
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "trainer/model/checkpoint.h"
 #include "trainer/model/dataset.h"

@@ -1,3 +1,6 @@
+#include "trainer/pinning/pinner.h"
+
+#include <gtest/gtest.h>
 #include <numaif.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -6,10 +9,7 @@
 #include <set>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "trainer/model/huge_buffer.h"
-#include "trainer/pinning/pinner.h"
 
 namespace bpftrain::trainer::pinning {
 namespace {

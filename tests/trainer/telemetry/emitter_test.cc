@@ -1,4 +1,7 @@
+#include "trainer/telemetry/emitter.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -7,10 +10,7 @@
 #include <map>
 #include <set>
 
-#include <gtest/gtest.h>
-
 #include "common/wire_format.h"
-#include "trainer/telemetry/emitter.h"
 
 namespace bpftrain::trainer::telemetry {
 namespace {
@@ -105,8 +105,8 @@ TEST(Emitter, SendsHelloStepsAndGaugesThatDecode) {
   e.setThreads({100, 101, 102});
   e.start();
   for (int i = 0; i < 50; ++i)
-    e.pushStep({uint64_t(1'700'000'000'000'000'000ull + uint64_t(i) * 1'000'000), 0.01, 0.004, 1000,
-                5e8});
+    e.pushStep(
+        {uint64_t(1'700'000'000'000'000'000ull + uint64_t(i) * 1'000'000), 0.01, 0.004, 1000, 5e8});
   e.setGauge(MetricId::kLoss, 0.25);
   e.setGauge(MetricId::kTopology, 1);
   e.setGauge(MetricId::kConfigEpoch, 7);
@@ -167,7 +167,8 @@ TEST(Emitter, NoCollectorListeningDropsAndCounts) {
   Emitter e(o);
   e.start();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (e.dropped() == 0 && std::chrono::steady_clock::now() < deadline) e.pushStep({1, 1, 1, 1, 1});
+  while (e.dropped() == 0 && std::chrono::steady_clock::now() < deadline)
+    e.pushStep({1, 1, 1, 1, 1});
   e.stop();
   EXPECT_GT(e.dropped(), 0u);
 }
