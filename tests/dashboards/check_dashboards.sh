@@ -13,7 +13,7 @@ for name in $(grep -ohE 'bpftrain_[a-z_]+' "$dash/grafana/bpftrain-overview.json
   base=$name
   for suffix in _total _sum _count; do base=${base%"$suffix"}; done
   # Binary metric names live without their prefix in common/wire_format.cc.
-  if ! grep -rqE "\"(${base}|${base#bpftrain_})\"" "$src/collector" "$src/bpf" "$src/common" "$src/trainer" 2>/dev/null; then
+  if ! grep -rqE "\"(${name}|${base}|${base#bpftrain_})\"" "$src/collector" "$src/bpf" "$src/common" "$src/trainer" 2>/dev/null; then
     echo "dashboards query $name but no code emits \"$base\""
     missing=1
   fi
