@@ -40,8 +40,10 @@ struct HierarchicalConfig {
   // With a single node there is no leader ring to keep in step: shared-memory chunks small enough
   // that every rank's slot and the result stay in cache (measured faster than 1-4 MiB chunks).
   size_t single_node_shm_chunk_elements = 64 * 1024;
-  bool shared_memory = true;  // try POSIX shm for the node stage
-  bool multi_node = false;    // more than one node: leaders run a ring
+  bool shared_memory = true;            // try POSIX shm for the node stage
+  bool multi_node = false;              // more than one node: leaders run a ring
+  std::vector<int> node_world_ranks;    // world rank of each node-context rank (for messages)
+  std::vector<int> leader_world_ranks;  // world rank of each leader-context rank (for messages)
 };
 
 // Reduce within a node, allreduce among node leaders, broadcast within the node, pipelined in

@@ -7,11 +7,14 @@
 // it instead of TCP: each rank copies its chunk into its slot, each rank sums one slice of the
 // chunk over all slots (local rank order), the leader runs the ring on the summed chunk, and
 // everyone copies the result out. Sums are still formed once, in a fixed order.
+#include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "trainer/collective/allreduce_algorithm.h"
 #include "trainer/collective/allreduce_ring.h"
@@ -32,9 +35,11 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
                         const HierarchicalConfig& config, std::string* node_stage)
       : node_(std::move(node)),
         chunk_(std::max<size_t>(1, config.chunk_elements)),
-        multi_node_(config.multi_node) {
+        multi_node_(config.multi_node),
+        node_world_ranks_(config.node_world_ranks) {
     if (leaders && leaders->size > 1)
-      ring_ = std::make_unique<RingAllreduce>(std::move(leaders), kLeaderRingSlot);
+      ring_ = std::make_unique<RingAllreduce>(std::move(leaders), kLeaderRingSlot,
+                                              config.leader_world_ranks);
     std::string stage = node_ && node_->size > 1 ? "tcp" : "none";
     if (node_ && node_->size > 1 && config.shared_memory) {
       std::string why;
@@ -60,6 +65,18 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
   }
 
   void run(std::span<float> data) override {
+    try {
+      runStages(data);
+    } catch (const gloo::Exception& e) {
+      std::string who;
+      for (int r : node_world_ranks_) who += (who.empty() ? "" : ",") + std::to_string(r);
+      throw std::runtime_error(std::string(e.what()) + " [hierarchical node stage, node ranks " +
+                               who + "]");
+    }
+  }
+
+ private:
+  void runStages(std::span<float> data) {
     if (data.empty()) return;
     if (shm_) {
       runShm(data);
@@ -80,7 +97,6 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
     }
   }
 
- private:
   struct Scratch {
     std::vector<float> data;
     std::unique_ptr<gloo::transport::UnboundBuffer> buf;
@@ -170,6 +186,7 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
   std::shared_ptr<gloo::Context> node_;
   size_t chunk_;
   bool multi_node_;
+  std::vector<int> node_world_ranks_;
   std::unique_ptr<RingAllreduce> ring_;
   std::unique_ptr<NodeShm> shm_;
   std::unique_ptr<gloo::transport::UnboundBuffer> shm_ring_buf_;  // leader: shm result on ring

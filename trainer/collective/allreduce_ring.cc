@@ -4,10 +4,13 @@
 // its chunk, and every other rank receives a copy of that sum.
 #include "trainer/collective/allreduce_ring.h"
 
+#include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "trainer/collective/reduce_sum.h"
 
@@ -49,8 +52,9 @@ size_t mod(long a, long n) { return static_cast<size_t>(((a % n) + n) % n); }
 
 }  // namespace
 
-RingAllreduce::RingAllreduce(std::shared_ptr<gloo::Context> context, uint64_t slot)
-    : context_(std::move(context)), slot_(slot) {
+RingAllreduce::RingAllreduce(std::shared_ptr<gloo::Context> context, uint64_t slot,
+                             std::vector<int> world_ranks)
+    : context_(std::move(context)), slot_(slot), world_ranks_(std::move(world_ranks)) {
   scratch_.resize(2 * kMaxSegmentElements);
   scratch_buf_ = context_->createUnboundBuffer(scratch_.data(), scratch_.size() * sizeof(float));
 }
@@ -66,6 +70,21 @@ void RingAllreduce::run(std::span<float> data) {
 }
 
 void RingAllreduce::runRange(gloo::transport::UnboundBuffer& buf, size_t offset, size_t count) {
+  try {
+    runRangeImpl(buf, offset, count);
+  } catch (const gloo::Exception& e) {
+    // Name the neighbours: a closed connection or a timeout here means one of them died or hung.
+    const int n = context_->size, r = context_->rank;
+    auto world = [&](int i) {
+      return std::to_string(world_ranks_.empty() ? i : world_ranks_[size_t(i)]);
+    };
+    throw std::runtime_error(std::string(e.what()) + " [ring: receiving from rank " +
+                             world((r + n - 1) % n) + ", sending to rank " + world((r + 1) % n) +
+                             "]");
+  }
+}
+
+void RingAllreduce::runRangeImpl(gloo::transport::UnboundBuffer& buf, size_t offset, size_t count) {
   const long n = context_->size;
   const long r = context_->rank;
   if (n == 1 || count == 0) return;

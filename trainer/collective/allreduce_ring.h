@@ -24,7 +24,9 @@ class RingAllreduce final : public AllreduceAlgorithm {
   // Chunks up to this size travel as one segment.
   static constexpr size_t kSmallChunkElements = 16 * 1024;
 
-  RingAllreduce(std::shared_ptr<gloo::Context> context, uint64_t slot);
+  // world_ranks[i]: the world rank of context rank i, for error messages (empty: the same).
+  RingAllreduce(std::shared_ptr<gloo::Context> context, uint64_t slot,
+                std::vector<int> world_ranks = {});
   ~RingAllreduce() override;
 
   void run(std::span<float> data) override;
@@ -34,8 +36,11 @@ class RingAllreduce final : public AllreduceAlgorithm {
   gloo::Context& context() { return *context_; }
 
  private:
+  void runRangeImpl(gloo::transport::UnboundBuffer& buf, size_t offset, size_t count);
+
   std::shared_ptr<gloo::Context> context_;
   uint64_t slot_;
+  std::vector<int> world_ranks_;
   std::vector<float> scratch_;  // two segments
   std::unique_ptr<gloo::transport::UnboundBuffer> scratch_buf_;
   BufferCache<gloo::transport::UnboundBuffer> buffers_{8};

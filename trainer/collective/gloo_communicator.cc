@@ -62,6 +62,8 @@ class GlooCommunicator final : public Communicator {
     hierarchical.chunk_elements = kHierarchicalChunkElements;
     hierarchical.shared_memory = options.shared_memory;
     hierarchical.multi_node = multi_node_;
+    hierarchical.node_world_ranks = node_members_;
+    hierarchical.leader_world_ranks = leaders_;
     try {
       algorithms_[size_t(Topology::kHierarchical)] =
           makeHierarchicalAllreduce(node_context_, leader_context_, hierarchical, &node_stage_);
@@ -146,6 +148,8 @@ class GlooCommunicator final : public Communicator {
       primePairs(*node_context_, prime_bytes_);
     }
     multi_node_ = leaders.size() > 1;
+    node_members_ = members;
+    leaders_ = leaders;
     if (local == 0 && leaders.size() > 1) {
       if (int(leaders.size()) == world) {
         leader_context_ = context_;  // every rank is alone on its node
@@ -188,6 +192,8 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> leader_context_;
   size_t prime_bytes_ = 0;
   bool multi_node_ = false;
+  std::vector<int> node_members_;  // world ranks on this rank's node
+  std::vector<int> leaders_;       // world rank of each node's leader
   std::string node_stage_;
   std::array<std::unique_ptr<AllreduceAlgorithm>, kTopologyCount> algorithms_;
   BufferCache<gloo::transport::UnboundBuffer> broadcast_buffers_{8};
