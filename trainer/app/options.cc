@@ -276,6 +276,7 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
       return fail("rank " + std::to_string(o.rank) + " of " + std::to_string(o.world) +
                   " needs a rendezvous store: pass --store DIR|HOST:PORT or set BPFTRAIN_STORE");
     if (!o.netns.empty()) return fail("--netns is for the launcher: use it with --ranks N");
+    o.local_defaulted = o.local_rank < 0 || o.local_world < 0;
     if (o.local_rank < 0) o.local_rank = o.rank_source == "single" ? 0 : o.rank;
     if (o.local_world < 0) o.local_world = o.rank_source == "single" ? 1 : o.world;
     if (o.local_rank >= o.local_world) o.local_rank %= o.local_world;

@@ -20,6 +20,7 @@ struct Options {
   int world = -1;
   int local_rank = -1;
   int local_world = -1;
+  bool local_defaulted = false;       // no launcher said: derived from hostnames at start
   std::string rank_source = "flags";  // flags | launcher | mpirun | srun | torchrun | single
   std::string store;                  // DIR or HOST:PORT
   std::string backend = "gloo";

@@ -18,6 +18,9 @@
 #include "common/hmac.h"
 #include "common/wire_format.h"
 #include "trainer/collective/communicator.h"
+#include "trainer/collective/rendezvous.h"
+
+#include <gloo/rendezvous/store.h>
 #include "trainer/control/control_receiver.h"
 #include "trainer/control/verifier.h"
 #include "trainer/model/checkpoint.h"
@@ -33,6 +36,31 @@
 
 namespace bpftrain::trainer::app {
 namespace {
+
+// Which ranks share a host, from hostnames exchanged through the rendezvous store: node index per
+// rank (in order of first appearance). Used when no launcher or --node-of said so.
+std::vector<int> nodesFromHostnames(const Options& o, const std::string& prefix) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  auto store = collective::openStore(o.store);
+  const std::string base = prefix + "/hosts";
+  collective::joinStore(*store, o.store, base, o.rank, o.world,
+                        std::chrono::seconds(o.timeout_s));
+  std::string mine(host);
+  store->set(base + "/name/" + std::to_string(o.rank), std::vector<char>(mine.begin(), mine.end()));
+  std::vector<std::string> names;
+  std::vector<int> node_of;
+  for (int r = 0; r < o.world; ++r) {
+    const std::string key = base + "/name/" + std::to_string(r);
+    store->wait({key}, std::chrono::seconds(o.timeout_s));
+    std::vector<char> v = store->get(key);
+    std::string name(v.begin(), v.end());
+    auto it = std::find(names.begin(), names.end(), name);
+    node_of.push_back(int(it - names.begin()));
+    if (it == names.end()) names.push_back(name);
+  }
+  return node_of;
+}
 
 using Clock = std::chrono::steady_clock;
 using wire::MetricId;
@@ -90,6 +118,8 @@ class RankRunner {
   bool broadcast_mode_ = false;
   double allreduce_seconds_ewma_ = 0;
   uint64_t next_sync_step_ = 0;
+  int local_rank_ = 0, local_world_ = 1;
+  std::vector<int> node_of_;
   double step_seconds_ewma_ = 0;  // rank 0's estimate, to space syncs
   void checkpoint(uint64_t step_done);
   void log(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -316,6 +346,20 @@ int RankRunner::run() {
   co.prefix = "bpftrain-" + o_.job;
   co.bind_address = o_.bind;
   co.node_of = o_.node_of;
+  local_rank_ = o_.local_rank;
+  local_world_ = o_.local_world;
+  if (co.node_of.empty() && o_.world > 1) {
+    co.node_of = nodesFromHostnames(o_, co.prefix);
+    if (o_.local_defaulted) {  // pinning is planned among the ranks on this host
+      local_rank_ = local_world_ = 0;
+      for (int r = 0; r < o_.world; ++r) {
+        if (co.node_of[size_t(r)] != co.node_of[size_t(o_.rank)]) continue;
+        local_rank_ += r < o_.rank;
+        ++local_world_;
+      }
+    }
+  }
+  node_of_ = co.node_of;
   co.timeout = std::chrono::seconds(o_.timeout_s);
   co.max_elements = model_->gradientsWithTail().size();
   if (o_.backend == "nccl") {
@@ -329,7 +373,7 @@ int RankRunner::run() {
   } else {
     comm_ = collective::Communicator::create(co);
   }
-  pinner_ = std::make_unique<pinning::Pinner>(o_.local_rank, o_.local_world);
+  pinner_ = std::make_unique<pinning::Pinner>(local_rank_, local_world_);
 
   if (o_.collector != "none") {
     telemetry::EmitterOptions eo;
@@ -361,7 +405,7 @@ int RankRunner::run() {
   applyPinning(config_.pinning);
   log("world %d (%s), local rank %d/%d, model %s (%zu parameters, %.1f MiB), topology %s, pin %s, "
       "steps %" PRIu64 "..%" PRIu64,
-      o_.world, o_.rank_source.c_str(), o_.local_rank, o_.local_world, o_.model.name.c_str(),
+      o_.world, o_.rank_source.c_str(), local_rank_, local_world_, o_.model.name.c_str(),
       model_->parameterCount(), double(model_->parameterCount()) * 4 / (1 << 20),
       std::string(topologyName(config_.topology)).c_str(),
       std::string(pinModeName(config_.pinning)).c_str(), start_step_, o_.steps);
