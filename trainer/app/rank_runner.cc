@@ -1,5 +1,6 @@
 #include "trainer/app/rank_runner.h"
 
+#include <gloo/rendezvous/store.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,8 +20,6 @@
 #include "common/wire_format.h"
 #include "trainer/collective/communicator.h"
 #include "trainer/collective/rendezvous.h"
-
-#include <gloo/rendezvous/store.h>
 #include "trainer/control/control_receiver.h"
 #include "trainer/control/verifier.h"
 #include "trainer/model/checkpoint.h"
@@ -44,8 +43,7 @@ std::vector<int> nodesFromHostnames(const Options& o, const std::string& prefix)
   gethostname(host, sizeof(host) - 1);
   auto store = collective::openStore(o.store);
   const std::string base = prefix + "/hosts";
-  collective::joinStore(*store, o.store, base, o.rank, o.world,
-                        std::chrono::seconds(o.timeout_s));
+  collective::joinStore(*store, o.store, base, o.rank, o.world, std::chrono::seconds(o.timeout_s));
   std::string mine(host);
   store->set(base + "/name/" + std::to_string(o.rank), std::vector<char>(mine.begin(), mine.end()));
   std::vector<std::string> names;
