@@ -187,10 +187,14 @@ int main(int argc, char** argv) {
       with_bpftrace = false;
     else if (!std::strcmp(argv[i], "--verbose"))
       verbose = true;
+    else if (!std::strcmp(argv[i], "--no-stats"))
+      stats = false;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--quick] [--no-bpftrace] [--verbose] [--no-stats]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--reps N] [--quick] [--no-bpftrace] [--verbose] [--no-stats]\n",
+                   argv[0]);
       return 2;
     }
   }
