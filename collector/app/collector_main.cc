@@ -29,6 +29,9 @@
 #include "collector/upstream/forwarder.h"
 #include "collector/upstream/summary_codec.h"
 #endif
+#ifdef BPFTRAIN_HAVE_CONTROLLER
+#include "collector/controller/controller_service.h"
+#endif
 
 namespace bpftrain::collector::app {
 namespace {
@@ -81,7 +84,7 @@ int run(int argc, char** argv) {
   wc.window = cfg.window;
   wc.step = cfg.step;
   wc.max_series = cfg.max_series;
-  wc.writers = cfg.ingest_threads + 1;  // ingest threads, then the probe service
+  wc.writers = cfg.ingest_threads + 2;  // ingest threads, the probe service, the controller
   std::unique_ptr<window::SeriesStore> store = window::SeriesStore::create(wc);
   ingest::SenderRegistry registry;
   Health health;
@@ -187,13 +190,35 @@ int run(int argc, char** argv) {
   }
 #endif
 
-  // CONTROLLER HOOK: the lead plugs collector/controller's ControllerService in here, e.g.
-  //   listeners.push_back({"controller", [&](int64_t now) { controller->onStep(*store, now); }});
-  // guarded by cfg.control, with cfg.policy / cfg.secret_path, and sets health.controller_enabled.
+#ifdef BPFTRAIN_HAVE_CONTROLLER
+  // The controller reads the windows each step and steers the trainer through its control port.
+  std::unique_ptr<controller::ControllerService> steering;
   if (cfg.control) {
-    logf(LogLevel::kWarn, "controller", "--control given but the controller is not wired into "
-         "this build yet; collecting only (bpftrain_collector_feature_enabled{feature=\"controller\"} = 0)");
+    controller::ControllerConfig cc;
+    cc.policy = cfg.policy;
+    cc.mode = *controller::parseControlMode(cfg.control_mode);
+    cc.trainer_address = cfg.trainer.str();
+    cc.secret_file = cfg.secret_path;
+    cc.job = cfg.job;
+    cc.decisions_log = cfg.decisions_log;
+    cc.writer = cfg.ingest_threads + 1;
+    steering = controller::ControllerService::create(cc, store.get(), error);
+    if (!steering) {
+      std::fprintf(stderr, "bpftrain-collector: --control: %s\n", error.c_str());
+      return 2;
+    }
+    health.controller_enabled = 1;
+    logf(LogLevel::kInfo, "controller", "policy %s, mode %s, trainer control %s%s%s",
+         cfg.policy.c_str(), cfg.control_mode.c_str(), cfg.trainer.str().c_str(),
+         cfg.decisions_log.empty() ? "" : ", decisions log ", cfg.decisions_log.c_str());
+    listeners.push_back({"controller", [&](int64_t now) { steering->onStep(*store, now); }});
   }
+#else
+  if (cfg.control) {
+    logf(LogLevel::kWarn, "controller", "built without collector/controller: --control ignored "
+         "(bpftrain_collector_feature_enabled{feature=\"controller\"} = 0)");
+  }
+#endif
 
   // Tests and scripts parse this line for the bound ports (--listen/--metrics with port 0).
   std::printf("bpftrain-collector: listening udp=%s:%u metrics=%s:%d threads=%d window=%" PRId64
@@ -259,7 +284,9 @@ int run(int argc, char** argv) {
     if (fresh.no_bpf != cfg.no_bpf || fresh.pids != cfg.pids || fresh.cgroups != cfg.cgroups ||
         fresh.all_processes != cfg.all_processes)
       note(restart, "bpf targets");
-    if (fresh.control != cfg.control || fresh.policy != cfg.policy || fresh.secret_path != cfg.secret_path)
+    if (fresh.control != cfg.control || fresh.policy != cfg.policy ||
+        fresh.secret_path != cfg.secret_path || fresh.control_mode != cfg.control_mode ||
+        fresh.trainer != cfg.trainer || fresh.job != cfg.job)
       note(restart, "controller");
     // Keep what needs a restart as it runs, so a second SIGHUP reports it again.
     cfg.log_level = fresh.log_level;

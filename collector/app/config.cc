@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/wire_format.h"
+
 #include <charconv>
 #include <fstream>
 #include <functional>
@@ -72,7 +74,31 @@ const std::map<std::string, Setting>& settings() {
          return {};
        }}},
       {"control", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         c.control = v == "true";
+         // --control=advise is shorthand for --control --control-mode advise.
+         c.control = v != "false";
+         if (v == "advise" || v == "act") c.control_mode = v;
+         return {};
+       }}},
+      {"control_mode", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         if (v != "act" && v != "advise") return "expected act or advise" + got(v);
+         c.control_mode = v;
+         return {};
+       }}},
+      {"trainer", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         auto hp = parseHostPort(v);
+         if (!hp || hp->port == 0)
+           return "expected the trainer rank 0's control HOST:PORT, e.g. 127.0.0.1:9472" + got(v);
+         c.trainer = *hp;
+         return {};
+       }}},
+      {"job", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         if (!wire::isValidName(v)) return "expected a job name like digits or job-1" + got(v);
+         c.job = v;
+         return {};
+       }}},
+      {"decisions_log", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
+         if (v.empty()) return "expected a file path for the controller's JSON-lines log";
+         c.decisions_log = v;
          return {};
        }}},
       {"all", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -184,7 +210,7 @@ bool applyFile(const std::string& path, CollectorConfig& out, std::string& error
     std::string where = "config key \"" + raw_key + "\" in " + path + ": ";
     if (it == settings().end() || key == "config") {
       error = where + "unknown key (known: listen, metrics, window, step, no_bpf, control, "
-                      "policy, upstream, secret, ingest_threads, max_series, rcvbuf, pid, "
+                      "control_mode, trainer, job, decisions_log, policy, upstream, secret, ingest_threads, max_series, rcvbuf, pid, "
                       "cgroup, all, list_probes, log_level)";
       return false;
     }
@@ -291,8 +317,10 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
       if (key == "cgroup") out.cgroups.clear();
     }
     if (s.is_bool) {
-      if (has_value && value != "true" && value != "false") {
-        error = a + ": expected no value, or =true / =false" + got(value);
+      bool mode_value = key == "control" && (value == "act" || value == "advise");
+      if (has_value && value != "true" && value != "false" && !mode_value) {
+        error = a + (key == "control" ? ": expected no value, =act, =advise, =true or =false"
+                                      : ": expected no value, or =true / =false") + got(value);
         return false;
       }
       if (!has_value) value = "true";
@@ -334,7 +362,10 @@ const char* collectorUsage() {
          "  --no-bpf               do not load BPF probes\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"
          "  --list-probes          show which probes attach on this machine, then exit\n"
-         "  --control --policy rules|bandit --secret FILE   run the controller\n"
+         "  --control[=act|advise] --policy rules|bandit --secret FILE   run the controller\n"
+         "  --trainer HOST:PORT    trainer rank 0's control port (127.0.0.1:9472)\n"
+         "  --job NAME             job to steer (default: the first job seen)\n"
+         "  --decisions-log FILE   controller decisions as JSON lines\n"
          "  --log-level debug|info|warn|error\n"
          "SIGHUP reloads --config (max series, upstream, log level); SIGTERM stops.\n";
 }

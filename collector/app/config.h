@@ -33,6 +33,10 @@ struct CollectorConfig {
   std::string policy = "rules";            // rules|bandit
   std::optional<HostPort> upstream;        // parent collector
   std::string secret_path;                 // HMAC key for control decisions
+  std::string control_mode = "act";        // act: send decisions; advise: only log them
+  HostPort trainer{"127.0.0.1", 9472};     // trainer rank 0's control port
+  std::string job;                         // job the controller steers; empty: first seen
+  std::string decisions_log;               // controller decisions, JSON lines
   int ingest_threads = 2;
   size_t max_series = 100'000;
   size_t rcvbuf_bytes = 32u << 20;         // per ingest socket
