@@ -146,6 +146,14 @@ class Bpftrace {
       execlp("bpftrace", "bpftrace", "-e", program.c_str(), nullptr);
       _exit(127);
     }
+    // run_cnt only moves while bpf_stats are on: hold them for the wait even under --no-stats.
+    const int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+    struct CloseFd {
+      int fd;
+      ~CloseFd() {
+        if (fd >= 0) close(fd);
+      }
+    } close_stats{stats_fd};
     const auto deadline = Clock::now() + std::chrono::seconds(20);
     while (Clock::now() < deadline) {
       poke();
