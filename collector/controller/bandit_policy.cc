@@ -9,8 +9,7 @@ namespace bpftrain::collector::controller {
 
 BanditPolicy::BanditPolicy(BanditConfig config) : config_(std::move(config)) {
   if (config_.arms.empty()) {
-    for (Topology t : {Topology::kRing, Topology::kHierarchical, Topology::kHalvingDoubling,
-                       Topology::kBcube})
+    for (Topology t : {Topology::kRing, Topology::kHierarchical, Topology::kHalvingDoubling})
       config_.arms.push_back(Arm{t, PinMode::kNone});
   }
   stats_.resize(config_.arms.size());
@@ -64,6 +63,7 @@ void BanditPolicy::resetStint() {
 // cumulative deviation beyond the drift allowance exceeds lambda, either way.
 bool BanditPolicy::pageHinkley(double reward) {
   bool alarm = false;
+  ph_alarm_ = false;
   if (stint_obs_ > 0 && stint_mean_ > 0) {
     double dev = reward / stint_mean_ - 1;
     ph_up_ = std::max(0.0, ph_up_ + dev - config_.ph_delta);
@@ -71,6 +71,7 @@ bool BanditPolicy::pageHinkley(double reward) {
     alarm = stint_obs_ >= config_.ph_min_samples &&
             (ph_up_ > config_.ph_lambda || ph_down_ > config_.ph_lambda);
   }
+  ph_alarm_ = alarm;
   ++stint_obs_;
   stint_mean_ += (reward - stint_mean_) / stint_obs_;
   return alarm;
@@ -113,10 +114,16 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   bool changed = false;
   if (stint_steps_ > settle_steps && f.samples_per_s > 0) {
     double reward = f.samples_per_s;
-    if (pageHinkley(reward)) {
+    if (pageHinkley(reward) && steps_ <= config_.warmup_steps) {
+      // Start-up (first steps, caches, buffers) is not a phase change: restart the test.
+      resetStint();
+      stint_steps_ = settle_steps + 1;
+      pageHinkley(reward);
+    } else if (stint_obs_ > 1 && ph_alarm_) {
       // The phase changed: what we know about the other arms is from the old phase.
       ++changes_detected_;
       changed = true;
+      reexploring_ = true;
       for (ArmStats& s : stats_) s = ArmStats{};
       resetStint();
       stint_steps_ = settle_steps + 1;
@@ -148,8 +155,12 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   char buf[256];
   // Untried arms and re-exploration after a change may spend the whole bank; routine re-visits
   // of known arms only a full one.
-  const bool urgent = changed || std::isinf(candidate_index);
-  const double needed = urgent ? std::min(cost, config_.bank_steps) : config_.bank_steps - 1e-9;
+  // After a change: whatever the bank holds. Untried arms otherwise: keep the reserve.
+  const bool untried = std::isinf(candidate_index);
+  if (!untried) reexploring_ = false;
+  const double needed = reexploring_ && untried ? std::min(cost, config_.bank_steps)
+                        : untried ? std::min(cost + config_.reserve_steps, config_.bank_steps)
+                                  : config_.bank_steps - 1e-9;
   if (candidate != best && size_t(cur) != candidate &&
       candidate_index > index(best, total_n, scale) && tokens_ >= needed) {
     tokens_ -= cost;

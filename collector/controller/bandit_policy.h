@@ -16,13 +16,18 @@
 namespace bpftrain::collector::controller {
 
 struct BanditConfig {
-  std::vector<Arm> arms;  // empty: the four topologies with pinning none
+  // Empty: ring, hierarchical and halving-doubling with pinning none (bcube moves the same bytes
+  // across hosts as halving-doubling; add it, or pinning arms, explicitly).
+  std::vector<Arm> arms;
   double discount = 0.99;
   double exploration = 0.2;   // UCB bonus scale, relative to the best arm's mean reward
   double budget_fraction = 0.05;
   // Tokens held at most, and at start. Routine re-visits of known arms wait for a full bank, so
   // that a phase change (or an untried arm) always finds bank - cost tokens to re-explore with.
   double bank_steps = 18;
+  // Trying untried arms at start-up leaves this many tokens in the bank, so that the first phase
+  // change can be explored at once.
+  double reserve_steps = 6;
   // Both in training steps (a training step longer than a window step stretches them).
   int settle_steps = 1;  // readings ignored after a switch (the step still mixes configs)
   int trial_steps = 2;   // readings per exploration visit, and the minimum stint
@@ -31,6 +36,7 @@ struct BanditConfig {
   double ph_delta = 0.05;
   double ph_lambda = 0.5;
   int ph_min_samples = 3;
+  int warmup_steps = 20;  // alarms in the first steps restart the test instead (start-up)
 };
 
 class BanditPolicy final : public Policy {
@@ -71,6 +77,8 @@ class BanditPolicy final : public Policy {
   double ph_up_ = 0, ph_down_ = 0;
   bool exploring_ = false;  // the current stint is an exploration visit
   int64_t last_now_ns_ = 0;
+  bool ph_alarm_ = false;     // the last pageHinkley() call alarmed
+  bool reexploring_ = false;  // a change was detected and untried arms remain
   int per_step_ = 1;  // window steps per training step (>= 1)
 };
 

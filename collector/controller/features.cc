@@ -75,7 +75,7 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
   std::map<std::string, int> topology_info;  // name -> ranks reporting it as current
   int64_t topology_info_newest = std::numeric_limits<int64_t>::min();
   std::string topology_info_name;
-  double busbw_sum = 0;
+  double busbw_sum = 0, busbw_window_sum = 0;
   int busbw_n = 0;
   double local_faults = 0, remote_faults = 0;
 
@@ -114,6 +114,7 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
       if (s.last > 0.5) f.checkpoint_active = true;
     } else if (name == "allreduce_busbw_bytes_per_second" && fresh) {
       busbw_sum += s.last;
+      busbw_window_sum += mean(s);
       ++busbw_n;
     } else if (name == "samples_per_second" && fresh) {
       f.samples_per_s += s.last;
@@ -171,6 +172,7 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
 
   if (busbw_n > 0) {
     f.busbw = busbw_sum / busbw_n;
+    f.busbw_window = busbw_window_sum / busbw_n;
     // Only attribute bandwidth to a topology when every rank runs it.
     if (f.topology && f.config_consistent) f.busbw_by_topology[int(*f.topology)] = f.busbw;
   }
@@ -196,6 +198,7 @@ nlohmann::json featuresJson(const Features& f) {
   j["epoch"] = f.epoch_min;
   j["checkpoint_active"] = f.checkpoint_active;
   j["busbw"] = f.busbw;
+  j["busbw_window"] = f.busbw_window;
   nlohmann::json by = nlohmann::json::object();
   for (int t = 0; t < kTopologyCount; ++t)
     if (f.busbw_by_topology[t] > 0) by[std::string(topologyName(Topology(t)))] = f.busbw_by_topology[t];

@@ -47,6 +47,7 @@ struct Features {
   // Bus bandwidth, bytes/s: mean over ranks now, and the last value seen under each topology
   // (0 = never seen). Carried from step to step by FeatureExtractor.
   double busbw = 0;
+  double busbw_window = 0;  // mean over ranks of each rank's window mean (smoother, lags)
   std::array<double, kTopologyCount> busbw_by_topology{};
 
   // Transport (BPF probes): worst series' p99 queue depth (bytes for tcp, work requests for

@@ -61,11 +61,11 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) c
   }
   // No transport probe: judge by bus bandwidth against the best seen (busbw is normalised the
   // same way for every algorithm, so the comparison holds across topologies).
-  if (f.busbw <= 0 || ring_busbw_best_ <= 0) {
+  if (f.busbw_window <= 0 || ring_busbw_best_ <= 0) {
     why = "no transport or bandwidth signal";
     return Signal::kNeutral;
   }
-  double ratio = f.busbw / ring_busbw_best_;
+  double ratio = f.busbw_window / ring_busbw_best_;
   if (ratio < c.busbw_drop_fraction) {
     why = fmt("busbw at %.2f of best (< %.2f), no transport probe", ratio, c.busbw_drop_fraction);
     return Signal::kCongested;
@@ -82,7 +82,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   Decision d;
   d.to = current;
   if (!f.has_steps) return d;
-  ring_busbw_best_ = std::max(ring_busbw_best_, f.busbw);
+  // The window mean, not the latest reading: one slow step on a shared machine is not congestion.
+  ring_busbw_best_ = std::max(ring_busbw_best_, f.busbw_window);
 
   std::string why;
   Signal signal = classify(f, why);

@@ -20,8 +20,8 @@ struct RulesConfig {
   double rtt_jitter_high_s = 0.005;
   double rtt_jitter_low_s = 0.001;
   double rtt_jitter_severe_s = 0.050;
-  // Without transport probes: bus bandwidth under this fraction of the best seen on the
-  // lowest level (ring) counts as congestion, over `busbw_clear_fraction` as clear.
+  // Without transport probes: the window's bus bandwidth under this fraction of the best window
+  // seen counts as congestion, over `busbw_clear_fraction` as clear.
   double busbw_drop_fraction = 0.6;
   double busbw_clear_fraction = 0.85;
   int escalate_steps = 2;

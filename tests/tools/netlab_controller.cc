@@ -3,7 +3,9 @@
 // bpftrain-collector's --control wiring. Receives trainer telemetry on --listen, keeps 5 s / 500 ms
 // windows, and runs ControllerService every step.
 //   netlab-controller --listen ADDR:PORT --control ADDR:PORT --secret FILE --policy rules|bandit
-//       [--mode act|advise] [--job NAME] [--decisions FILE] [--seconds S]
+//       [--mode act|advise] [--job NAME] [--decisions FILE] [--seconds S] [--bpf]
+// --bpf also runs the BPF probes (transport queue depth, RTT, migrations...) for the registered
+// training processes, as the collector does, so the rules policy sees transport signals.
 #include <signal.h>
 
 #include <chrono>
@@ -16,6 +18,9 @@
 #include "collector/ingest/sender_registry.h"
 #include "collector/ingest/udp_ingest.h"
 #include "collector/window/series_store.h"
+#ifdef BPFTRAIN_HAVE_LOADER
+#include "collector/loader/probe_service.h"
+#endif
 
 namespace {
 volatile sig_atomic_t g_stop = 0;
@@ -27,8 +32,19 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:0";
   double seconds = 0;
   controller::ControllerConfig cc;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string f = argv[i], v = argv[i + 1];
+  bool bpf = false;
+  for (int i = 1; i < argc; i += 2) {
+    std::string f = argv[i];
+    if (f == "--bpf") {
+      bpf = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "netlab-controller: %s needs a value\n", f.c_str());
+      return 2;
+    }
+    std::string v = argv[i + 1];
     if (f == "--listen") listen = v;
     else if (f == "--control") cc.trainer_address = v;
     else if (f == "--secret") cc.secret_file = v;
@@ -49,7 +65,7 @@ int main(int argc, char** argv) {
     }
   }
   window::WindowConfig wc;
-  wc.writers = 2;  // ingest thread 0, controller 1
+  wc.writers = 3;  // ingest thread 0, controller 1, probes 2
   auto store = window::SeriesStore::create(wc);
   ingest::SenderRegistry registry;
   ingest::UdpIngestOptions io;
@@ -69,6 +85,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 2;
   }
+#ifdef BPFTRAIN_HAVE_LOADER
+  std::unique_ptr<loader::ProbeService> probes;
+  if (bpf) {
+    probes = loader::ProbeService::create({}, *store, 2, error);
+    if (!probes) std::fprintf(stderr, "netlab-controller: no BPF probes: %s\n", error.c_str());
+  }
+#else
+  if (bpf) std::fprintf(stderr, "netlab-controller: built without the BPF loader; --bpf ignored\n");
+#endif
   std::printf("{\"listening\": %u, \"policy\": \"%s\"}\n", udp->port(), cc.policy.c_str());
   std::fflush(stdout);
   signal(SIGTERM, onSignal);
@@ -78,6 +103,9 @@ int main(int argc, char** argv) {
   while (!g_stop) {
     next += wc.step;
     std::this_thread::sleep_until(next);  // the window step is the controller's clock
+#ifdef BPFTRAIN_HAVE_LOADER
+    if (probes) probes->poll(registry, window::monotonicNowNs());
+#endif
     svc->onStep(*store, window::monotonicNowNs());
     if (seconds > 0 && std::chrono::steady_clock::now() - start > std::chrono::duration<double>(seconds))
       break;

@@ -1,0 +1,127 @@
+// The closed loop in netlab (root, e2e): 4 ranks of bpftrain-train as 2 hosts x 2, adaptive,
+// steered by netlab-controller (the collector's ingest + windows + ControllerService) with the
+// rules policy. Intra-host TCP is throttled (TBF on lo in both hosts) 10 s in: the flat ring's
+// bus bandwidth collapses and the controller must have every rank on the hierarchical topology
+// (whose node stage uses shared memory) within the deadline; at the end every rank's parameter
+// hash is identical. The lab and every process are removed even when an assertion fails.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <set>
+
+#include "tests/tools/netlab_util.h"
+
+namespace bpftrain::tools::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string buildDir() {
+  const char* b = std::getenv("BPFTRAIN_BUILD_DIR");
+  return b != nullptr ? b : ".";
+}
+
+TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, tc)";
+  const std::string train = buildDir() + "/trainer/app/bpftrain-train";
+  const std::string ctl = buildDir() + "/tests/tools/netlab-controller";
+  const std::string sink = buildDir() + "/tests/tools/netlab-telemetry-sink";
+  for (const std::string& b : {train, ctl, sink})
+    ASSERT_TRUE(std::filesystem::exists(b)) << b << " not built (cmake --build the whole tree)";
+  if (runCommand({"jq", "--version"}).status != 0) GTEST_SKIP() << "jq missing: run tools/setup";
+
+  std::random_device rd;
+  const std::string prefix = "nla" + std::to_string(getpid() % 100000) + "x" + std::to_string(rd() % 1000) + "-";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / (prefix + "adaptive");
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::string prefix;
+    std::filesystem::path dir;
+    ~Cleanup() {
+      if (std::filesystem::exists("/run/bpftrain-netlab/" + prefix))
+        runCommand({netlabPath(), "down", "--prefix", prefix});
+      std::filesystem::remove_all(dir);
+    }
+  } cleanup{prefix, dir};
+
+  const std::string secret = dir / "secret";
+  std::ofstream(secret) << "adaptive-netlab-test-secret-0123456789";
+  std::filesystem::permissions(secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const std::string scenario = dir / "scenario.json";
+  std::ofstream(scenario) << R"({"name": "lo-throttle", "hosts": 2, "phases": [
+      {"at": 0, "name": "clear"},
+      {"at": 10, "name": "throttled", "shape": [{"host": "all", "link": "lo", "rate": "500mbit"}]}]})";
+  const std::string phases = dir / "phases.jsonl", decisions = dir / "decisions.jsonl";
+  const std::string telemetry = dir / "telemetry.jsonl";
+  // Inside `netlab run`: controller and telemetry sink in host0 (rank 0 listens for control on
+  // 127.0.0.1:9472 there), ranks placed h0,h0,h1,h1; 150 steps (~30-60 s here).
+  const std::string script =
+      "set -e; IFS=, read -ra NS <<<\"$NETLAB_NETNS\"; IFS=, read -ra AD <<<\"$NETLAB_ADDRS\"; "
+      "ip netns exec ${NS[0]} " + ctl + " --listen ${AD[0]}:9556 --control 127.0.0.1:9472 --secret " +
+      secret + " --policy rules --job e2e --decisions " + decisions + " & c=$!; "
+      "ip netns exec ${NS[0]} " + sink + " ${AD[0]}:9555 --forward ${AD[0]}:9556 > " + telemetry +
+      " & s=$!; trap 'kill $c $s 2>/dev/null; wait' EXIT; "
+      "timeout --signal=TERM 100 " + train + " --ranks 4 --netns ${NS[0]},${NS[0]},${NS[1]},${NS[1]} "
+      "--node-of 0,0,1,1 --topology ring --adaptive --secret " + secret + " --job e2e "
+      "--collector ${AD[0]}:9555 --model mlp:1024x4 --steps 150 --eval-every 1000";
+  CommandResult r = runCommand({netlabPath(), "run", "--scenario", scenario, "--phase-log", phases,
+                                "--prefix", prefix, "--", "bash", "-c", script},
+                               std::chrono::seconds(120));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(namespacesWithPrefix(prefix).empty());
+
+  // When the throttle began, and when every rank first reported hierarchical after it.
+  int64_t throttled_ns = 0;
+  {
+    std::ifstream in(phases);
+    for (std::string l; std::getline(in, l);) {
+      auto j = nlohmann::json::parse(l);
+      if (j["phase"] == "throttled") throttled_ns = j["wall_ns"].get<int64_t>();
+    }
+  }
+  ASSERT_GT(throttled_ns, 0) << r.out;
+  std::map<int, int> topo_now;
+  int64_t all_hier_ns = 0;
+  {
+    std::ifstream in(telemetry);
+    for (std::string l; std::getline(in, l);) {
+      auto j = nlohmann::json::parse(l);
+      if (!j.contains("rank") || !j.contains("topology")) continue;
+      topo_now[j["rank"].get<int>()] = j["topology"].get<int>();
+      int64_t t = j["wall_ns"].get<int64_t>();
+      bool all = topo_now.size() == 4;
+      for (auto& [rank, topo] : topo_now) all = all && topo == 3;  // Topology::kHierarchical
+      if (all && t >= throttled_ns && all_hier_ns == 0) all_hier_ns = t;
+      if (!all && t >= throttled_ns) all_hier_ns = 0;  // must stay there
+    }
+  }
+  std::string log;
+  {
+    std::ifstream in(decisions);
+    log.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(all_hier_ns, 0) << "never settled on hierarchical after the throttle; decisions:\n" << log;
+  double after_s = double(all_hier_ns - throttled_ns) * 1e-9;
+  std::printf("throttle -> every rank on hierarchical: %.2f s\n", after_s);
+  EXPECT_LE(after_s, 10.0) << log;
+
+  // Parameters bit-identical across ranks after the live switches.
+  std::regex hash_re("rank (\\d+): final .* params_hash (0x[0-9a-f]+)");
+  std::set<std::string> hashes;
+  int ranks = 0;
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), hash_re), end; it != end; ++it) {
+    hashes.insert((*it)[2]);
+    ++ranks;
+  }
+  EXPECT_EQ(ranks, 4) << r.out;
+  EXPECT_EQ(hashes.size(), 1u) << r.out;
+}
+
+}  // namespace
+}  // namespace bpftrain::tools::testing
