@@ -496,8 +496,9 @@ int RankRunner::run() {
       collective::busBandwidth(bytes, sum_allreduce_s / n_steps, o_.world),
       model::anonHugePagesBytes());
   if (verifier_) {
-    std::printf("bpftrain-train: rank 0: control accepted %" PRIu64 " rejected %" PRIu64,
-                verifier_->accepted(), verifier_->rejectedTotal());
+    std::printf("bpftrain-train: rank 0: control accepted %" PRIu64 " resent %" PRIu64
+                " rejected %" PRIu64,
+                verifier_->accepted(), verifier_->duplicates(), verifier_->rejectedTotal());
     for (int r = 1; r < int(control::Reject::kCount); ++r)
       if (uint64_t n = verifier_->rejected(control::Reject(r)))
         std::printf(" %s=%" PRIu64, std::string(control::rejectName(control::Reject(r))).c_str(),

@@ -104,6 +104,11 @@ Reject Verifier::check(std::span<const uint8_t> frame_bytes, uint64_t now_ns, Co
     return Reject::kReplay;
   }
   seen_[seen_next_++ % seen_.size()] = c.mac;
+  if (accepted_ > 0 && c.epoch == newest_.epoch && c.topology == uint8_t(newest_.topology) &&
+      c.pinning == uint8_t(newest_.pinning)) {
+    ++duplicates_;
+    return Reject::kStaleEpoch;
+  }
   if (c.epoch <= newest_epoch_) {
     count(Reject::kStaleEpoch, c.epoch);
     return Reject::kStaleEpoch;
@@ -114,6 +119,7 @@ Reject Verifier::check(std::span<const uint8_t> frame_bytes, uint64_t now_ns, Co
   }
   newest_epoch_ = c.epoch;
   out = {c.epoch, Topology(c.topology), PinMode(c.pinning)};
+  newest_ = out;
   ++accepted_;
   std::fprintf(stderr,
                "bpftrain-train: control: accepted epoch %llu: topology %.*s, pinning %.*s\n",

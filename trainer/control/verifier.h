@@ -43,12 +43,16 @@ class Verifier {
            std::chrono::seconds max_skew = std::chrono::seconds(30));
 
   // Checks every control frame in `datagram`; the newest accepted decision is written to `out`.
-  // Returns kNone if at least one was accepted, else the reason the last one was rejected.
+  // Returns kNone if at least one was accepted, else the reason the last one was rejected
+  // (kStaleEpoch for a duplicate, which is not counted as a rejection).
   Reject verify(std::span<const uint8_t> datagram, uint64_t now_realtime_ns, ConfigWord& out);
 
   uint64_t rejected(Reject r) const { return rejected_[size_t(r)]; }
   uint64_t rejectedTotal() const;
   uint64_t accepted() const { return accepted_; }
+  // Resends of the newest accepted decision (same epoch and values, fresh timestamp and MAC): the
+  // controller repeats a decision until telemetry shows it applied. Ignored, not rejections.
+  uint64_t duplicates() const { return duplicates_; }
   uint64_t newestEpoch() const { return newest_epoch_; }
 
  private:
@@ -63,6 +67,8 @@ class Verifier {
   size_t seen_next_ = 0;
   std::array<uint64_t, size_t(Reject::kCount)> rejected_{};
   uint64_t accepted_ = 0;
+  uint64_t duplicates_ = 0;
+  ConfigWord newest_{};
 };
 
 }  // namespace bpftrain::trainer::control

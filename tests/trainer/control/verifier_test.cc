@@ -87,6 +87,21 @@ TEST(Verifier, RejectsAndCountsEachKindOfBadDecision) {
   EXPECT_EQ(w.epoch, 8u);
 }
 
+TEST(Verifier, ControllerResendsOfTheAcceptedDecisionAreNotRejections) {
+  Verifier v("job", std::string(kSecret), 0);
+  ConfigWord w;
+  const uint64_t now = nowNs();
+  ASSERT_EQ(v.verify(signedFrame("job", 1, 2, 0, now), now, w), Reject::kNone);
+  // The controller repeats epoch 1 (new timestamp, so a new MAC) until telemetry shows it applied.
+  EXPECT_EQ(v.verify(signedFrame("job", 1, 2, 0, now + 1000), now, w), Reject::kStaleEpoch);
+  EXPECT_EQ(v.verify(signedFrame("job", 1, 2, 0, now + 2000), now, w), Reject::kStaleEpoch);
+  EXPECT_EQ(v.duplicates(), 2u);
+  EXPECT_EQ(v.rejectedTotal(), 0u);
+  // The same epoch with other values is not a resend: stale, counted.
+  EXPECT_EQ(v.verify(signedFrame("job", 1, 3, 0, now + 3000), now, w), Reject::kStaleEpoch);
+  EXPECT_EQ(v.rejected(Reject::kStaleEpoch), 1u);
+}
+
 TEST(ControlReceiver, ReceivesOverUdpWithArrivalTime) {
   Verifier v("job", std::string(kSecret), 0);
   ControlReceiver rx("127.0.0.1:0", v);
