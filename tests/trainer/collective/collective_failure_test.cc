@@ -8,7 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -145,6 +148,42 @@ TEST(Collective, RanksInSeparateNetworkNamespaces) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
+}
+
+// NETLAB-NOTES pitfall 1: every pair's send buffer is sized at start-up, whatever runs first. After
+// only a barrier (tiny unbound messages), every connection between the ranks already has the same
+// locked send buffer, the kernel's cap (2 x net.core.wmem_max, at most 2 x 32 MiB).
+TEST(Collective, PairSendBuffersAreSizedAtStartup) {
+  if (sh("command -v ss") != 0) GTEST_SKIP() << "ss (iproute2) not installed: tools/setup";
+  long wmem_max = 0;
+  std::ifstream("/proc/sys/net/core/wmem_max") >> wmem_max;
+  const long expected = 2 * std::clamp<long>(wmem_max, 64 << 10, 32 << 20);
+  std::vector<long> sizes;
+  runRanks(
+      3,
+      [&](int rank, Communicator& comm) {
+        comm.barrier();
+        if (rank == 0) {
+          // skmem tb<N> is the socket's send buffer; 127.0.0.3 is used by this test only (the
+          // accepting ends; Gloo's connecting ends take the kernel's source address).
+          FILE* f = popen(
+              "ss -tmnH state established '( src 127.0.0.3 or dst 127.0.0.3 )' 2>/dev/null", "r");
+          char line[1024];
+          while (f && fgets(line, sizeof line, f)) {
+            const char* tb = std::strstr(line, ",tb");
+            if (tb) sizes.push_back(std::atol(tb + 3));
+          }
+          if (f) pclose(f);
+        }
+        comm.barrier();
+      },
+      "",
+      [](CommOptions& o) {
+        o.bind_address = "127.0.0.3";
+        o.node_of.clear();  // one world context: 3 pairs, both ends in this process
+      });
+  ASSERT_GE(sizes.size(), 6u) << "expected both ends of 3 connections";
+  for (long s : sizes) EXPECT_EQ(s, expected);
 }
 
 TEST(Collective, UnusableBindAddressNamesTheFlag) {
