@@ -13,15 +13,20 @@
 namespace bpftrain::collector::controller {
 
 struct RulesConfig {
-  // Congestion enters above the high thresholds and leaves below the low ones.
-  double queue_depth_high = 512 * 1024;  // bytes in flight (p99)
-  double queue_depth_low = 128 * 1024;
-  double queue_depth_severe = 4 * 1024 * 1024;
-  double rtt_jitter_high_s = 0.005;
-  double rtt_jitter_low_s = 0.001;
-  double rtt_jitter_severe_s = 0.050;
+  // Congestion enters above the high thresholds and leaves below the low ones. Calibrated with
+  // the TCP probes on netlab (4 ranks, 12-48 MiB allreduces): bytes in flight (p99) sit at
+  // 5-8 MB whether or not a link is throttled (socket buffers cap them), so queue depth only
+  // backs up the RTT; RTT jitter (p99 - p50) was 5-6 ms unshaped and 14-28 ms with intra-host
+  // TCP or an uplink throttled (docs/controller.md).
+  double queue_depth_high = 16.0 * 1024 * 1024;  // bytes in flight (p99)
+  double queue_depth_low = 8.0 * 1024 * 1024;
+  double queue_depth_severe = 64.0 * 1024 * 1024;
+  double rtt_jitter_high_s = 0.012;
+  double rtt_jitter_low_s = 0.008;
+  double rtt_jitter_severe_s = 0.100;
   // Without transport probes: the window's bus bandwidth under this fraction of the best window
-  // seen counts as congestion, over `busbw_clear_fraction` as clear.
+  // seen counts as congestion, over `busbw_clear_fraction` as clear. With probes, the all-clear
+  // also needs the bandwidth back over `busbw_clear_fraction` (jitter alone relaxes too early).
   double busbw_drop_fraction = 0.6;
   double busbw_clear_fraction = 0.85;
   int escalate_steps = 2;

@@ -1,6 +1,6 @@
 // The closed loop in netlab (root, e2e): 4 ranks of bpftrain-train as 2 hosts x 2, adaptive,
 // steered by netlab-controller (the collector's ingest + windows + ControllerService) with the
-// rules policy. Intra-host TCP is throttled (TBF on lo in both hosts) 10 s in: the flat ring's
+// rules policy and the BPF transport probes (RTT jitter). Intra-host TCP is throttled (TBF on lo in both hosts) 6 s in: the flat ring's
 // bus bandwidth collapses and the controller must have every rank on the hierarchical topology
 // (whose node stage uses shared memory) within the deadline; at the end every rank's parameter
 // hash is identical. The lab and every process are removed even when an assertion fails.
@@ -56,7 +56,7 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
   const std::string scenario = dir / "scenario.json";
   std::ofstream(scenario) << R"({"name": "lo-throttle", "hosts": 2, "phases": [
       {"at": 0, "name": "clear"},
-      {"at": 10, "name": "throttled", "shape": [{"host": "all", "link": "lo", "rate": "500mbit"}]}]})";
+      {"at": 6, "name": "throttled", "shape": [{"host": "all", "link": "lo", "rate": "500mbit"}]}]})";
   const std::string phases = dir / "phases.jsonl", decisions = dir / "decisions.jsonl";
   const std::string telemetry = dir / "telemetry.jsonl";
   // Inside `netlab run`: controller and telemetry sink in host0 (rank 0 listens for control on
@@ -64,7 +64,7 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
   const std::string script =
       "set -e; IFS=, read -ra NS <<<\"$NETLAB_NETNS\"; IFS=, read -ra AD <<<\"$NETLAB_ADDRS\"; "
       "ip netns exec ${NS[0]} " + ctl + " --listen ${AD[0]}:9556 --control 127.0.0.1:9472 --secret " +
-      secret + " --policy rules --job e2e --decisions " + decisions + " & c=$!; "
+      secret + " --policy rules --job e2e --bpf --decisions " + decisions + " & c=$!; "
       "ip netns exec ${NS[0]} " + sink + " ${AD[0]}:9555 --forward ${AD[0]}:9556 > " + telemetry +
       " & s=$!; trap 'kill $c $s 2>/dev/null; wait' EXIT; "
       "timeout --signal=TERM 100 " + train + " --ranks 4 --netns ${NS[0]},${NS[0]},${NS[1]},${NS[1]} "

@@ -3,7 +3,8 @@
 // bpftrain-collector's --control wiring. Receives trainer telemetry on --listen, keeps 5 s / 500 ms
 // windows, and runs ControllerService every step.
 //   netlab-controller --listen ADDR:PORT --control ADDR:PORT --secret FILE --policy rules|bandit
-//       [--mode act|advise] [--job NAME] [--decisions FILE] [--seconds S] [--bpf]
+//       [--mode act|advise] [--job NAME] [--decisions FILE] [--features FILE] [--seconds S] [--bpf]
+// --features writes the job's features every step as JSON lines (threshold calibration).
 // --bpf also runs the BPF probes (transport queue depth, RTT, migrations...) for the registered
 // training processes, as the collector does, so the rules policy sees transport signals.
 #include <signal.h>
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   double seconds = 0;
   controller::ControllerConfig cc;
   bool bpf = false;
+  std::string features_path;
   for (int i = 1; i < argc; i += 2) {
     std::string f = argv[i];
     if (f == "--bpf") {
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     else if (f == "--job") cc.job = v;
     else if (f == "--decisions") cc.decisions_log = v;
     else if (f == "--seconds") seconds = std::atof(v.c_str());
+    else if (f == "--features") features_path = v;
     else if (f == "--mode") {
       auto m = controller::parseControlMode(v);
       if (!m) {
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   signal(SIGTERM, onSignal);
   signal(SIGINT, onSignal);
+  std::FILE* features = features_path.empty() ? nullptr : std::fopen(features_path.c_str(), "w");
   auto start = std::chrono::steady_clock::now();
   auto next = start;
   while (!g_stop) {
@@ -107,9 +111,16 @@ int main(int argc, char** argv) {
     if (probes) probes->poll(registry, window::monotonicNowNs());
 #endif
     svc->onStep(*store, window::monotonicNowNs());
+    if (features != nullptr && svc->lastFeatures().has_steps) {
+      nlohmann::json j = controller::featuresJson(svc->lastFeatures());
+      j["wall_ns"] = controller::wallClockNs();
+      std::fprintf(features, "%s\n", j.dump().c_str());
+      std::fflush(features);
+    }
     if (seconds > 0 && std::chrono::steady_clock::now() - start > std::chrono::duration<double>(seconds))
       break;
   }
+  if (features != nullptr) std::fclose(features);
   const auto& s = svc->stats();
   std::printf("{\"decisions\": %llu, \"sends\": %llu, \"applied\": %llu, \"abandoned\": %llu}\n",
               (unsigned long long)s.decisions, (unsigned long long)s.sends,

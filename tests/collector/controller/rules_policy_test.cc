@@ -40,23 +40,24 @@ std::vector<Switch> run(RulesPolicy& p, double seconds, const std::function<JobS
   return out;
 }
 
+// Levels as the TCP probes measured them on netlab (see RulesConfig).
 JobState clear() {
   JobState j;
-  j.queue_depth_p99 = 64e3;
-  j.rtt_p50 = 100e-6;
-  j.rtt_p99 = 400e-6;
+  j.queue_depth_p99 = 6e6;
+  j.rtt_p50 = 1.3e-3;
+  j.rtt_p99 = 6.5e-3;
   return j;
 }
 JobState congested() {
   JobState j;
-  j.queue_depth_p99 = 1.5e6;
-  j.rtt_p50 = 200e-6;
-  j.rtt_p99 = 8e-3;
+  j.queue_depth_p99 = 7.8e6;
+  j.rtt_p50 = 9e-3;
+  j.rtt_p99 = 33e-3;
   return j;
 }
 JobState severe() {
   JobState j = congested();
-  j.queue_depth_p99 = 8e6;
+  j.queue_depth_p99 = 80e6;
   return j;
 }
 
@@ -92,7 +93,7 @@ TEST(RulesPolicy, SevereCongestionClimbsToHalvingDoublingAndDescendsRungByRung) 
 
 TEST(RulesPolicy, NoFlappingOnNoisySteadyStreams) {
   std::mt19937 rng(7);
-  std::uniform_real_distribution<double> qd(80e3, 500e3), jit(0.2e-3, 4.9e-3);
+  std::uniform_real_distribution<double> qd(4e6, 12e6), jit(3e-3, 11.5e-3);
   // Noise around the low thresholds, never above the high ones: 60 s, no switch.
   RulesPolicy quiet;
   auto none = run(quiet, 60, [&](double) {
@@ -104,11 +105,11 @@ TEST(RulesPolicy, NoFlappingOnNoisySteadyStreams) {
   EXPECT_TRUE(none.empty()) << "switched to " << armName(none[0].to) << " at " << none[0].t;
 
   // Steady congestion whose signals straddle the high threshold: one switch up, none back.
-  std::uniform_real_distribution<double> busy(200e3, 2e6);
+  std::uniform_real_distribution<double> busy(6e-3, 40e-3);
   RulesPolicy loaded;
   auto one = run(loaded, 60, [&](double) {
     JobState j = clear();
-    j.queue_depth_p99 = busy(rng);
+    j.rtt_p99 = j.rtt_p50 + busy(rng);
     return j;
   });
   ASSERT_EQ(one.size(), 1u);
