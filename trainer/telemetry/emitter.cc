@@ -112,6 +112,9 @@ void Emitter::setGauge(wire::MetricId id, double value) {
   size_t i = size_t(id);
   if (i >= kGaugeSlots) return;
   gauges_[i].store(value, std::memory_order_relaxed);
+  // A checkpoint shorter than a tick would otherwise never be seen: latch it until sent.
+  if (id == wire::MetricId::kCheckpointActive && value != 0)
+    checkpoint_latched_.store(true, std::memory_order_relaxed);
   gauge_set_[i].store(true, std::memory_order_release);
 }
 
@@ -220,7 +223,9 @@ void Emitter::flushRecords(uint64_t now_ns) {
         id == MetricId::kAllreduceBytes || id == MetricId::kAllreduceBusbwBytesPerSecond ||
         id == MetricId::kTelemetryDropped)
       continue;
-    add(id, SampleType::kGauge, now_ns, gauges_[i].load(std::memory_order_relaxed));
+    double v = gauges_[i].load(std::memory_order_relaxed);
+    if (id == MetricId::kCheckpointActive && checkpoint_latched_.exchange(false)) v = 1;
+    add(id, SampleType::kGauge, now_ns, v);
   }
   for (size_t i = 1; i < kGaugeSlots; ++i) {
     double delta = counters_[i].exchange(0, std::memory_order_relaxed);

@@ -87,6 +87,7 @@ class Emitter {
   std::array<std::atomic<double>, kGaugeSlots> gauges_{};
   std::array<std::atomic<bool>, kGaugeSlots> gauge_set_{};
   std::array<std::atomic<double>, kGaugeSlots> counters_{};
+  std::atomic<bool> checkpoint_latched_{false};
 
   std::mutex tids_mutex_;
   std::vector<uint32_t> tids_;

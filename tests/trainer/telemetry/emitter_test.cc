@@ -132,6 +132,28 @@ TEST(Emitter, SendsHelloStepsAndGaugesThatDecode) {
     EXPECT_EQ(rx.sequences[i], rx.sequences[i - 1] + 1);
 }
 
+TEST(Emitter, ACheckpointShorterThanATickIsStillReported) {
+  Receiver rx;
+  EmitterOptions o;
+  o.collector = rx.address();
+  o.hz = 1;  // ticks far apart: the 1 and the 0 below land between two ticks
+  Emitter e(o);
+  e.setGauge(MetricId::kCheckpointActive, 0);
+  e.start();
+  e.setGauge(MetricId::kCheckpointActive, 1);
+  e.setGauge(MetricId::kCheckpointActive, 0);
+  int ones = 0;
+  ASSERT_TRUE(rx.receiveUntil([&] {
+    if (rx.last.count(MetricId::kCheckpointActive) && rx.last[MetricId::kCheckpointActive] == 1)
+      ++ones;
+    return ones > 0;
+  }));
+  // And the tick after reports the real value again.
+  rx.last.erase(MetricId::kCheckpointActive);
+  ASSERT_TRUE(rx.receiveUntil([&] { return rx.last.count(MetricId::kCheckpointActive) > 0; }));
+  EXPECT_EQ(rx.last[MetricId::kCheckpointActive], 0);
+}
+
 TEST(Emitter, ChangedThreadsTriggerANewHello) {
   Receiver rx;
   EmitterOptions o;
