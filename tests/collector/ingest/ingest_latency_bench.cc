@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +28,29 @@
 
 using namespace bpftrain::collector;
 using Clock = std::chrono::steady_clock;
+
+// Scheduler accounting of this process's ingest threads (/proc/self/task/*/schedstat: on-CPU ns,
+// runqueue wait ns, timeslices): how long they sat runnable waiting for a CPU, which on a shared
+// 2-core machine is what the latency tail is made of.
+struct SchedStat {
+  uint64_t run_ns = 0, wait_ns = 0, slices = 0;
+};
+SchedStat ingestSchedStat() {
+  SchedStat total;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("ingest-", 0) != 0) continue;
+    std::ifstream stat(task.path() / "schedstat");
+    SchedStat s;
+    stat >> s.run_ns >> s.wait_ns >> s.slices;
+    total.run_ns += s.run_ns;
+    total.wait_ns += s.wait_ns;
+    total.slices += s.slices;
+  }
+  return total;
+}
 
 int main(int argc, char** argv) {
   int workers = 10000;
@@ -101,11 +126,15 @@ int main(int argc, char** argv) {
                     " --protocol binary --workers " + std::to_string(workers) + " --hz " +
                     std::to_string(hz) + " --per-datagram 3 --sockets 64 --duration " +
                     std::to_string(seconds);
+  SchedStat sched0 = ingestSchedStat();
+  auto wall0 = Clock::now();
   FILE* p = popen(cmd.c_str(), "r");
   char line[8192] = {};
   std::string last;
   while (p && std::fgets(line, sizeof line, p)) last = line;
   int rc = p ? pclose(p) : -1;
+  SchedStat sched1 = ingestSchedStat();
+  double wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
   done = true;
   prober.join();
   if (rc != 0 || last.empty()) {
@@ -144,9 +173,24 @@ int main(int argc, char** argv) {
   std::printf("  %-34s %12.1f\n", "arrival->visible p99 (us)", pct(0.99));
   std::printf("  %-34s %12.1f\n", "arrival->visible max (us)", latencies_us.empty() ? 0.0 : latencies_us.back());
   std::printf("  %-34s %12llu\n", "probes not visible within 1 s", (unsigned long long)probe_timeouts);
+  uint64_t slices = sched1.slices - sched0.slices;
+  double wait_ms = double(sched1.wait_ns - sched0.wait_ns) / 1e6;
+  std::printf("  %-34s %12.1f\n", "ingest threads on CPU (% of a core)",
+              100.0 * double(sched1.run_ns - sched0.run_ns) / 1e9 / wall_s);
+  std::printf("  %-34s %12.1f\n", "ingest threads runnable, no CPU (ms)", wait_ms);
+  std::printf("  %-34s %12.1f\n", "  mean wait per wake-up (us)",
+              slices ? 1000.0 * wait_ms / double(slices) : 0.0);
+  std::printf("  (load average now: ");
+  if (FILE* la = std::fopen("/proc/loadavg", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, la)) std::printf("%.14s", buf);
+    std::fclose(la);
+  }
+  std::printf("; waits for a CPU are the machine's other load, not ingest work)\n");
   nlohmann::json j = {{"workers", workers}, {"hz", hz}, {"sent", want}, {"counted", got},
                       {"kernel_drops", t.kernel_drops}, {"p50_us", pct(0.5)}, {"p99_us", pct(0.99)},
                       {"probes", latencies_us.size()}, {"probe_timeouts", probe_timeouts},
+                      {"runqueue_wait_ms", wait_ms},
                       {"loadgen_samples_per_second", sent["samples_per_second"]}};
   std::printf("%s\n", j.dump().c_str());
   return got == want && probe_timeouts == 0 ? 0 : 3;
