@@ -14,6 +14,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace bpftrain::trainer::collective {
@@ -22,6 +23,25 @@ namespace {
 std::string seconds(std::chrono::milliseconds t) {
   if (t.count() % 1000 == 0) return std::to_string(t.count() / 1000) + "s";
   return std::to_string(t.count()) + "ms";
+}
+
+// Gloo's FileStore::wait and RedisStore::wait compare the elapsed time in whole seconds (a 700 ms
+// timeout waits 1 s, every later key another second), so we poll their check() ourselves.
+class CheckableFileStore : public gloo::rendezvous::FileStore {
+ public:
+  using FileStore::FileStore;
+  bool has(const std::string& key) { return check({key}); }
+};
+
+bool storeHas(gloo::rendezvous::Store& store, const std::string& key) {
+  if (auto* f = dynamic_cast<CheckableFileStore*>(&store)) return f->has(key);
+  if (auto* r = dynamic_cast<gloo::rendezvous::RedisStore*>(&store)) return r->check({key});
+  try {  // other stores: their own wait, with its own granularity
+    store.wait({key}, std::chrono::milliseconds(1));
+    return true;
+  } catch (const gloo::Exception&) {
+    return false;
+  }
 }
 
 bool isRedisSpec(const std::string& spec, std::string* host, int* port) {
@@ -60,23 +80,30 @@ std::unique_ptr<gloo::rendezvous::Store> openStore(const std::string& spec) {
     throw std::runtime_error("rendezvous store " + spec +
                              " is not a directory and cannot be created: pass a writable "
                              "directory (or HOST:PORT of a redis-server)");
-  return std::make_unique<gloo::rendezvous::FileStore>(spec);
+  return std::make_unique<CheckableFileStore>(spec);
 }
 
 void joinStore(gloo::rendezvous::Store& store, const std::string& store_name,
                const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout) {
   auto key = [&](int r) { return prefix + "/join/" + std::to_string(r); };
   const std::string me = std::to_string(rank);
-  store.set(key(rank), std::vector<char>(me.begin(), me.end()));
+  try {
+    store.set(key(rank), std::vector<char>(me.begin(), me.end()));
+  } catch (const std::exception& e) {
+    // Gloo's stores refuse to overwrite a key: this one is left from an earlier run.
+    throw std::runtime_error("rank " + me + ": store " + store_name + " already holds keys for " +
+                             "prefix " + prefix + " (an earlier run?): use a fresh directory or " +
+                             "a different job name/prefix (" + e.what() + ")");
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<int> missing;
   for (int r = 0; r < world; ++r) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    try {
-      store.wait({key(r)}, std::max(left, std::chrono::milliseconds(1)));
-    } catch (const gloo::Exception&) {
-      missing.push_back(r);
+    while (!storeHas(store, key(r))) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        missing.push_back(r);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling a store: no events
     }
   }
   if (missing.empty()) return;

@@ -47,6 +47,32 @@ TEST(Collective, StoreTimeoutNamesTheMissingRanks) {
   }
 }
 
+// Gloo's stores never overwrite a key, so a store directory reused with the same prefix fails;
+// the message says so instead of Gloo's "File already exists".
+TEST(Collective, ReusedStoreAndPrefixSaySo) {
+  TempDir dir;
+  runRanks(
+      2, [](int, Communicator& comm) { comm.barrier(); }, dir.path());
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Communicator::create(options(dir.path(), r, 2));
+      } catch (const std::runtime_error& e) {
+        messages[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& m : messages)
+    EXPECT_NE(m.find("already holds keys for prefix bpftrain"), std::string::npos) << m;
+  // A different prefix in the same directory is a different job: fine.
+  runRanks(
+      2, [](int, Communicator& comm) { comm.barrier(); }, dir.path(),
+      [](CommOptions& o) { o.prefix = "another-job"; });
+}
+
 TEST(Collective, BadOptionsAreRejectedWithTheFix) {
   CommOptions o;
   o.world = 2;
