@@ -63,6 +63,8 @@ std::string usage() {
   --collector HOST:PORT|none  telemetry destination (default 127.0.0.1:9470)
   --metrics-hz N            telemetry rate, 1..100 (default 10)
   --steps N                 training steps (default 800)
+  --duration SECONDS        stop after about SECONDS of training, at the same step on every rank
+                            (--steps stays an upper bound)
   --model digits|mlp:WIDTHxDEPTH
   --batch N --lr X --momentum X --seed N --eval-every N
   --hugepages on|off        MADV_HUGEPAGE on the model buffers (default on)
@@ -173,6 +175,9 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
     } else if (flag == "--lr") {
       if (!need() || !parseFloat(value, o.lr) || !(o.lr > 0 && o.lr < 100))
         return fail("--lr " + value + ": expected a positive number");
+    } else if (flag == "--duration") {
+      if (!need() || !parseFloat(value, o.duration_s) || !(o.duration_s > 0 && o.duration_s < 1e7))
+        return fail("--duration " + value + ": expected a positive number of seconds");
     } else if (flag == "--momentum") {
       if (!need() || !parseFloat(value, o.momentum) || !(o.momentum >= 0 && o.momentum < 1))
         return fail("--momentum " + value + ": expected 0 <= x < 1");

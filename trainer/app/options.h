@@ -34,6 +34,9 @@ struct Options {
   model::ModelSpec model;
   std::string data;  // empty: model::defaultDigitsPath()
   uint64_t steps = 800;
+  // > 0: stop after about this many seconds of training, at the same step on every rank (rank 0
+  // decides and tells the others in the gradient tail); --steps stays an upper bound.
+  float duration_s = 0;
   int batch = 32;  // per rank
   float lr = 0.05f;
   float momentum = 0.9f;

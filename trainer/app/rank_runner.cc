@@ -112,6 +112,10 @@ class RankRunner {
   void writeTail(uint64_t step, bool collect);
   void readTail();
   uint64_t collected_step_ = ~uint64_t{0};
+  // --duration: rank 0 compares its clock with the deadline and raises the stop flag in the tail;
+  // every rank reads the same summed tail, so all stop after the same step.
+  Clock::time_point deadline_ = Clock::time_point::max();
+  bool stop_ = false;
   std::optional<control::ConfigWord> staged_;  // from the last allreduce, applied at the next step
   bool broadcast_mode_ = false;
   double allreduce_seconds_ewma_ = 0;
@@ -297,8 +301,10 @@ void RankRunner::writeTail(uint64_t step, bool collect) {
   tail[5] = float(uint8_t(w.pinning));
   // Long allreduces make the piggyback slow to deliver (a decision that just missed one waits for
   // the next): switch to a broadcast at each boundary, where its cost is small against the step.
-  tail[6] = o_.sync == "broadcast" || (o_.sync == "auto" && o_.switch_every == 0 &&
+  // Without --adaptive (a --duration-only run) there are no decisions to deliver.
+  tail[6] = o_.sync == "broadcast" || (o_.sync == "auto" && o_.switch_every == 0 && o_.adaptive &&
                                        allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds);
+  tail[7] = Clock::now() >= deadline_;
 }
 
 void RankRunner::readTail() {
@@ -309,6 +315,7 @@ void RankRunner::readTail() {
                         PinMode(uint8_t(tail[5]) % kPinModeCount)};
   if (w.epoch > config_.epoch) staged_ = w;
   broadcast_mode_ = tail[6] != 0;
+  stop_ = tail[7] != 0;
 }
 
 void RankRunner::checkpoint(uint64_t step_done) {
@@ -408,7 +415,7 @@ int RankRunner::run() {
       std::string(topologyName(config_.topology)).c_str(),
       std::string(pinModeName(config_.pinning)).c_str(), start_step_, o_.steps);
 
-  const bool sync = o_.adaptive || o_.switch_every > 0;
+  const bool sync = o_.adaptive || o_.switch_every > 0 || o_.duration_s > 0;
   broadcast_mode_ = o_.sync == "broadcast";
   const float grad_scale = 1.0f / float(o_.world);
   const double bytes = double(model_->parameterCount()) * sizeof(float);
@@ -421,6 +428,11 @@ int RankRunner::run() {
     ab_on.reserve(o_.steps);
     ab_off.reserve(o_.steps);
   }
+  uint64_t end_step = o_.steps;
+  const auto train_start = Clock::now();
+  if (o_.duration_s > 0 && o_.rank == 0)
+    deadline_ = train_start + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(o_.duration_s));
   for (uint64_t step = start_step_; step < o_.steps; ++step) {
     const bool features_on =
         o_.overhead_ab == 0 || ((step - start_step_) / uint64_t(o_.overhead_ab)) % 2 == 1;
@@ -475,6 +487,13 @@ int RankRunner::run() {
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
       (features_on ? ab_on : ab_off).push_back(s);
     }
+    if (stop_) {
+      end_step = step + 1;
+      log("--duration %.1f s reached: stopped after step %" PRIu64 " (%.1f s of training)",
+          double(o_.duration_s), end_step,
+          std::chrono::duration<double>(Clock::now() - train_start).count());
+      break;
+    }
   }
   const double accuracy = model_->accuracy(split.test);
   if (emitter_) {
@@ -484,11 +503,11 @@ int RankRunner::run() {
   std::printf("bpftrain-train: rank %d: final step %" PRIu64
               " loss %.4f test_accuracy %.4f "
               "epoch %" PRIu64 " topology %s pinning %s params_hash 0x%016" PRIx64 "\n",
-              o_.rank, o_.steps, loss, accuracy, config_.epoch,
+              o_.rank, end_step, loss, accuracy, config_.epoch,
               std::string(topologyName(config_.topology)).c_str(),
               std::string(pinModeName(config_.pinning)).c_str(),
               model::hashFloats(model_->parameters()));
-  const double n_steps = double(std::max<uint64_t>(1, o_.steps - std::min(o_.steps, start_step_)));
+  const double n_steps = double(std::max<uint64_t>(1, end_step - std::min(end_step, start_step_)));
   std::printf(
       "bpftrain-train: rank %d: mean step %.6f s (compute %.6f s, allreduce %.6f s, "
       "busbw %.3g B/s) anon_hugepages %" PRId64 " bytes\n",

@@ -101,6 +101,22 @@ TEST_P(SwitchPath, RanksStayBitIdenticalAcrossRandomTopologyAndPinningSwitches) 
   for (int r = 1; r < 4; ++r) EXPECT_EQ(applied[r], applied[0]) << "rank " << r;
 }
 
+// --duration: rank 0's clock decides, every rank stops after the same step (same parameters).
+TEST(TrainE2E, DurationStopsEveryRankAfterTheSameStep) {
+  Subprocess p(cmd({"--ranks", "4", "--duration", "1.5", "--steps", "100000000", "--collector",
+                    "none", "--eval-every", "0"}));
+  ASSERT_EQ(p.exitCode(60s), 0) << p.err;
+  std::set<std::string> steps;
+  std::regex re(R"(rank \d+: final step (\d+) )");
+  for (std::sregex_iterator it(p.out.begin(), p.out.end(), re), end; it != end; ++it)
+    steps.insert((*it)[1]);
+  ASSERT_EQ(steps.size(), 1u) << p.out;
+  EXPECT_LT(std::stoull(*steps.begin()), 100000000ull) << p.out;
+  auto hashes = finalHashes(p.out);
+  ASSERT_EQ(hashes.size(), 4u) << p.out;
+  for (auto& [rank, h] : hashes) EXPECT_EQ(h, hashes[0]) << "rank " << rank;
+}
+
 TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
   const std::vector<std::string> common{"--ranks",       "2", "--switch-every", "7",
                                         "--switch-seed", "5", "--collector",    "none",
@@ -378,6 +394,7 @@ TEST(TrainE2E, BadInputGetsOneClearLineAndExit2) {
       {{"--resume"}, "--resume needs --checkpoint DIR"},
       {{"--ranks", "2", "--netns", "a"}, "--netns lists 1 namespaces for --ranks 2"},
       {{"--hugepages", "maybe"}, "expected on or off"},
+      {{"--duration", "-1"}, "--duration -1: expected a positive number of seconds"},
   };
   for (const Case& c : cases) {
     Subprocess p(cmd(c.args));
