@@ -105,8 +105,11 @@ std::unique_ptr<NodeShm> NodeShm::create(gloo::Context& node, size_t chunk, std:
     std::random_device rd;
     std::snprintf(name, sizeof name, "/bpftrain-%d-%08x", int(getpid()), unsigned(rd()));
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0 && ftruncate(fd, off_t(bytes)) == 0)
-      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // posix_fallocate reserves the pages now: a full /dev/shm (64 MiB in many containers) must
+    // mean "fall back to TCP", not SIGBUS on the first write.
+    int rc = fd >= 0 ? posix_fallocate(fd, 0, off_t(bytes)) : errno;
+    if (rc == 0) base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (rc != 0) errno = rc;
     if (base == MAP_FAILED) error = std::string("shm_open/mmap: ") + std::strerror(errno);
     if (fd >= 0) close(fd);
     if (base == MAP_FAILED)
