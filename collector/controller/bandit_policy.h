@@ -33,8 +33,8 @@ struct BanditConfig {
   int trial_steps = 2;   // readings per exploration visit, and the minimum stint
   double switch_margin = 0.03;  // exploit a different arm only when it is this much better
   // Page-Hinkley on reward / stint mean: drift allowance and alarm threshold.
-  double ph_delta = 0.05;
-  double ph_lambda = 0.5;
+  double ph_delta = 0.10;
+  double ph_lambda = 1.0;
   int ph_min_samples = 3;
   int warmup_steps = 20;  // alarms in the first steps restart the test instead (start-up)
 };

@@ -51,12 +51,16 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) c
       why = fmt("rtt_jitter=%.4fs >= %.4fs", f.rtt_jitter_s, c.rtt_jitter_high_s);
       return Signal::kCongested;
     }
+    if (f.rtt_p50_s >= c.rtt_p50_high_s) {
+      why = fmt("rtt_p50=%.4fs >= %.4fs", f.rtt_p50_s, c.rtt_p50_high_s);
+      return Signal::kCongested;
+    }
     const bool bandwidth_back = f.busbw_window <= 0 || ring_busbw_best_ <= 0 ||
                                 f.busbw_window >= c.busbw_clear_fraction * ring_busbw_best_;
     if (f.queue_depth_p99 < c.queue_depth_low && f.rtt_jitter_s < c.rtt_jitter_low_s &&
-        bandwidth_back) {
-      why = fmt("queue_depth_p99=%.0fB, rtt_jitter=%.4fs below the low thresholds",
-                f.queue_depth_p99, f.rtt_jitter_s);
+        f.rtt_p50_s < c.rtt_p50_low_s && bandwidth_back) {
+      why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", f.rtt_p50_s,
+                f.rtt_jitter_s);
       return Signal::kClear;
     }
     why = "between thresholds";

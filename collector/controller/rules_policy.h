@@ -16,14 +16,17 @@ struct RulesConfig {
   // Congestion enters above the high thresholds and leaves below the low ones. Calibrated with
   // the TCP probes on netlab (4 ranks, 12-48 MiB allreduces): bytes in flight (p99) sit at
   // 5-8 MB whether or not a link is throttled (socket buffers cap them), so queue depth only
-  // backs up the RTT; RTT jitter (p99 - p50) was 5-6 ms unshaped and 14-28 ms with intra-host
-  // TCP or an uplink throttled (docs/controller.md).
+  // backs up the RTT. RTT jitter (p99 - p50) was 5-6 ms unshaped and 14-28 ms throttled with
+  // 12 MiB gradients, but 6-13 ms vs 7-20 ms with 48 MiB ones; the RTT median separated every
+  // case: 0.5-1.7 ms unshaped, 3-10 ms with intra-host TCP or an uplink throttled.
   double queue_depth_high = 16.0 * 1024 * 1024;  // bytes in flight (p99)
   double queue_depth_low = 8.0 * 1024 * 1024;
   double queue_depth_severe = 64.0 * 1024 * 1024;
-  double rtt_jitter_high_s = 0.012;
-  double rtt_jitter_low_s = 0.008;
+  double rtt_jitter_high_s = 0.020;
+  double rtt_jitter_low_s = 0.010;
   double rtt_jitter_severe_s = 0.100;
+  double rtt_p50_high_s = 0.003;
+  double rtt_p50_low_s = 0.002;
   // Without transport probes: the window's bus bandwidth under this fraction of the best window
   // seen counts as congestion, over `busbw_clear_fraction` as clear. With probes, the all-clear
   // also needs the bandwidth back over `busbw_clear_fraction` (jitter alone relaxes too early).
@@ -36,7 +39,7 @@ struct RulesConfig {
   // cpu+llc migrations per second -> compact.
   double node_migrations_per_s = 1.0;
   double remote_fault_share = 0.3;
-  double cpu_migrations_per_s = 50.0;
+  double cpu_migrations_per_s = 200.0;  // 4 ranks on 2 CPUs migrate ~60/s unpinned here
 };
 
 class RulesPolicy final : public Policy {

@@ -184,7 +184,7 @@ TEST(RulesPolicy, PinsFromMigrationAndCrossNodeSignals) {
   Decision last;
   for (int i = 0; i < 4; ++i) {
     std::vector<SeriesSnapshot> s = snapshotsOf(clear());
-    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 80));
+    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 300));
     Decision d = q.decide(ex.update(s, i * kStepNs), cur2, i * kStepNs);
     if (d.change) last = d;
   }
