@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -210,6 +211,57 @@ TEST(Collective, PairSendBuffersAreSizedAtStartup) {
       });
   ASSERT_GE(sizes.size(), 6u) << "expected both ends of 3 connections";
   for (long s : sizes) EXPECT_EQ(s, expected);
+}
+
+// Ranks of one "node" that cannot map the same shared memory (here: rank 1 has its own /dev/shm in
+// a private mount namespace) fall back to the TCP node stage, say why, and still sum correctly.
+TEST(Collective, SharedMemoryUnavailableFallsBackToTcp) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a private /dev/shm";
+  TempDir dir;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int status = 1;
+      try {
+        if (r == 1 && (unshare(CLONE_NEWNS) != 0 ||
+                       mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+                       mount("tmpfs", "/dev/shm", "tmpfs", 0, nullptr) != 0)) {
+          std::fprintf(stderr, "rank 1: private /dev/shm: %s\n", std::strerror(errno));
+          _exit(3);
+        }
+        auto o = options(dir.path(), r, 2);
+        o.node_of = {0, 0};
+        o.timeout = 10s;
+        auto comm = Communicator::create(o);
+        const std::string stage = comm->nodeStage();
+        std::vector<float> data(300001, float(r + 1));
+        comm->allreduce(data, Topology::kHierarchical);
+        bool ok = stage.rfind("tcp (shared memory unavailable: ", 0) == 0;
+        for (float x : data) ok = ok && x == 3.0f;
+        if (!ok) std::fprintf(stderr, "rank %d: stage '%s'\n", r, stage.c_str());
+        status = ok ? 0 : 2;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      _exit(status);
+    }
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  std::vector<int> statuses;
+  for (pid_t p : pids) {
+    int st = -1;
+    while (waitpid(p, &st, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);  // polling child exit against a deadline
+    if (st == -1) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+    statuses.push_back(st);
+  }
+  for (int st : statuses) EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
 }
 
 TEST(Collective, UnusableBindAddressNamesTheFlag) {
