@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "trainer/collective/allreduce_algorithm.h"
 #include "trainer/collective/buffer_cache.h"
@@ -87,7 +88,7 @@ class GlooCommunicator final : public Communicator {
     const size_t t = static_cast<size_t>(topology);
     if (t >= algorithms_.size())
       throw std::invalid_argument("unknown topology " + std::to_string(t));
-    guarded("allreduce (" + std::string(topologyName(topology)) + ")", data.size_bytes(),
+    guarded("allreduce", topologyName(topology), data.size_bytes(),
             [&] { algorithms_[t]->run(data); });
   }
 
@@ -96,7 +97,7 @@ class GlooCommunicator final : public Communicator {
       throw std::invalid_argument("broadcast root " + std::to_string(root) + " outside world " +
                                   std::to_string(options_.world));
     if (options_.world == 1 || data.empty()) return;
-    guarded("broadcast", data.size(), [&] {
+    guarded("broadcast", "", data.size(), [&] {
       auto& buf = broadcast_buffers_.get(data.data(), data.size(), [&] {
         return context_->createUnboundBuffer(data.data(), data.size());
       });
@@ -114,7 +115,7 @@ class GlooCommunicator final : public Communicator {
 
   void barrier() override {
     if (options_.world == 1) return;
-    guarded("barrier", 0, [&] {
+    guarded("barrier", "", 0, [&] {
       gloo::BarrierOptions opts(context_);
       opts.setTimeout(context_->getTimeout());
       gloo::barrier(opts);
@@ -163,8 +164,10 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
+  // Runs f; on failure breaks the communicator and rethrows with context. The message is built
+  // only on failure: the hot path allocates nothing here.
   template <typename F>
-  void guarded(const std::string& what, size_t bytes, F&& f) {
+  void guarded(std::string_view op, std::string_view detail, size_t bytes, F&& f) {
     if (!broken_.empty())
       throw std::runtime_error(describe(options_) +
                                ": communicator unusable after an earlier "
@@ -177,6 +180,8 @@ class GlooCommunicator final : public Communicator {
       // Close our connections so peers blocked on us fail now instead of at their timeout.
       for (auto* c : {context_.get(), node_context_.get(), leader_context_.get()})
         if (c) c->closeConnections();
+      std::string what(op);
+      if (!detail.empty()) what += " (" + std::string(detail) + ")";
       throw std::runtime_error(describe(options_) + ": " + what + " of " + std::to_string(bytes) +
                                " bytes failed: " + e.what() +
                                " (a peer died or did not respond within " +
