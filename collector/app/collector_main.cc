@@ -17,11 +17,11 @@
 #include "collector/app/config.h"
 #include "collector/app/log.h"
 #include "collector/app/self_metrics.h"
+#include "collector/export/metrics_server.h"
+#include "collector/export/window_collectable.h"
 #include "collector/ingest/sender_registry.h"
 #include "collector/ingest/udp_ingest.h"
 #include "collector/window/series_store.h"
-#include "collector/export/metrics_server.h"
-#include "collector/export/window_collectable.h"
 #ifdef BPFTRAIN_HAVE_LOADER
 #include "collector/loader/probe_service.h"
 #endif
@@ -53,7 +53,8 @@ int listProbes() {
   }
   return 0;
 #else
-  std::printf("this bpftrain-collector was built without BPF (configure reported why); no probes\n");
+  std::printf(
+      "this bpftrain-collector was built without BPF (configure reported why); no probes\n");
   return 0;
 #endif
 }
@@ -138,20 +139,23 @@ int run(int argc, char** argv) {
     po.cgroups = cfg.cgroups;
     probes = loader::ProbeService::create(po, *store, cfg.ingest_threads, error);
     if (!probes) {
-      logf(LogLevel::kWarn, "bpf", "%s; running without kernel probes "
+      logf(LogLevel::kWarn, "bpf",
+           "%s; running without kernel probes "
            "(bpftrain_collector_feature_enabled{feature=\"bpf\"} = 0; --no-bpf silences this)",
            error.c_str());
     } else {
       health.bpf_enabled = 1;
       for (const auto& s : probes->status()) {
-        if (!s.up) logf(LogLevel::kWarn, "bpf", "probe %s is down: %s", s.name.c_str(), s.reason.c_str());
+        if (!s.up)
+          logf(LogLevel::kWarn, "bpf", "probe %s is down: %s", s.name.c_str(), s.reason.c_str());
       }
       listeners.push_back({"bpf", [&](int64_t now) { probes->poll(registry, now); }});
     }
   }
 #else
   if (!cfg.no_bpf) {
-    logf(LogLevel::kWarn, "bpf", "built without BPF support: no kernel probes "
+    logf(LogLevel::kWarn, "bpf",
+         "built without BPF support: no kernel probes "
          "(bpftrain_collector_feature_enabled{feature=\"bpf\"} = 0)");
   }
 #endif
@@ -172,9 +176,10 @@ int run(int argc, char** argv) {
     uo.target = to->str();
     forwarder = upstream::UpstreamForwarder::create(*store, uo, err);
     if (!forwarder) {
-      logf(LogLevel::kError, "upstream", "--upstream %s: %s; not forwarding "
-           "(bpftrain_collector_feature_enabled{feature=\"upstream\"} = 0)", to->str().c_str(),
-           err.c_str());
+      logf(LogLevel::kError, "upstream",
+           "--upstream %s: %s; not forwarding "
+           "(bpftrain_collector_feature_enabled{feature=\"upstream\"} = 0)",
+           to->str().c_str(), err.c_str());
       return;
     }
     forwarder_metrics = forwarder->collectable();
@@ -215,7 +220,8 @@ int run(int argc, char** argv) {
   }
 #else
   if (cfg.control) {
-    logf(LogLevel::kWarn, "controller", "built without collector/controller: --control ignored "
+    logf(LogLevel::kWarn, "controller",
+         "built without collector/controller: --control ignored "
          "(bpftrain_collector_feature_enabled{feature=\"controller\"} = 0)");
   }
 #endif
@@ -262,7 +268,9 @@ int run(int argc, char** argv) {
       continue;
     }
     std::string applied, restart;
-    auto note = [](std::string& list, const char* what) { list += (list.empty() ? "" : ", ") + std::string(what); };
+    auto note = [](std::string& list, const char* what) {
+      list += (list.empty() ? "" : ", ") + std::string(what);
+    };
     if (fresh.log_level != cfg.log_level) {
       setLogLevel(fresh.log_level);
       note(applied, "log_level");
@@ -294,7 +302,8 @@ int run(int argc, char** argv) {
     health.reloads.fetch_add(1);
     logf(LogLevel::kInfo, kLog, "SIGHUP: reloaded %s; applied: %s; needs a restart: %s",
          cfg.config_path.empty() ? "flags (no --config file)" : cfg.config_path.c_str(),
-         applied.empty() ? "nothing" : applied.c_str(), restart.empty() ? "nothing" : restart.c_str());
+         applied.empty() ? "nothing" : applied.c_str(),
+         restart.empty() ? "nothing" : restart.c_str());
   }
 
   listeners.clear();

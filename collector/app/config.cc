@@ -3,16 +3,15 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
-#include "common/wire_format.h"
-
 #include <charconv>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "common/wire_format.h"
 
 namespace bpftrain::collector::app {
 namespace {
@@ -37,128 +36,170 @@ bool parseInt(const std::string& s, T& out) {
 
 const std::map<std::string, Setting>& settings() {
   static const std::map<std::string, Setting> table = {
-      {"listen", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         auto hp = parseHostPort(v);
-         if (!hp) return "expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9470" + got(v);
-         c.listen = *hp;
-         return {};
-       }}},
-      {"metrics", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         auto hp = parseHostPort(v);
-         if (!hp) return "expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9471" + got(v);
-         c.metrics = *hp;
-         return {};
-       }}},
-      {"upstream", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         auto hp = parseHostPort(v);
-         if (!hp || hp->port == 0)
-           return "expected the parent collector's HOST:PORT, e.g. 10.0.0.1:9470" + got(v);
-         c.upstream = *hp;
-         return {};
-       }}},
-      {"window", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         auto d = parseDuration(v);
-         if (!d || d->count() <= 0) return "expected a duration like 5s or 500ms" + got(v);
-         c.window = *d;
-         return {};
-       }}},
-      {"step", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         auto d = parseDuration(v);
-         if (!d || *d < std::chrono::milliseconds(1))
-           return "expected a duration of at least 1ms like 500ms" + got(v);
-         c.step = *d;
-         return {};
-       }}},
-      {"no_bpf", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         c.no_bpf = v == "true";
-         return {};
-       }}},
-      {"control", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         // --control=advise is shorthand for --control --control-mode advise.
-         c.control = v != "false";
-         if (v == "advise" || v == "act") c.control_mode = v;
-         return {};
-       }}},
-      {"control_mode", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         if (v != "act" && v != "advise") return "expected act or advise" + got(v);
-         c.control_mode = v;
-         return {};
-       }}},
-      {"trainer", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         auto hp = parseHostPort(v);
-         if (!hp || hp->port == 0)
-           return "expected the trainer rank 0's control HOST:PORT, e.g. 127.0.0.1:9472" + got(v);
-         c.trainer = *hp;
-         return {};
-       }}},
-      {"job", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         if (!wire::isValidName(v)) return "expected a job name like digits or job-1" + got(v);
-         c.job = v;
-         return {};
-       }}},
-      {"decisions_log", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         if (v.empty()) return "expected a file path for the controller's JSON-lines log";
-         c.decisions_log = v;
-         return {};
-       }}},
-      {"all", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         c.all_processes = v == "true";
-         return {};
-       }}},
-      {"list_probes", {true, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         c.list_probes = v == "true";
-         return {};
-       }}},
-      {"policy", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         if (v != "rules" && v != "bandit") return "expected rules or bandit" + got(v);
-         c.policy = v;
-         return {};
-       }}},
-      {"secret", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         if (access(v.c_str(), R_OK) != 0)
-           return "cannot read the secret file (create it, e.g. head -c32 /dev/urandom > FILE)" +
-                  got(v);
-         c.secret_path = v;
-         return {};
-       }}},
-      {"ingest_threads", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         int n;
-         if (!parseInt(v, n) || n < 1 || n > 64) return "expected 1..64" + got(v);
-         c.ingest_threads = n;
-         return {};
-       }}},
-      {"max_series", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         size_t n;
-         if (!parseInt(v, n) || n < 1 || n > 10'000'000) return "expected 1..10000000" + got(v);
-         c.max_series = n;
-         return {};
-       }}},
-      {"rcvbuf", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         size_t n;
-         if (!parseInt(v, n) || n < 4096 || n > (1u << 30))
-           return "expected a socket buffer size in bytes, 4096..1073741824" + got(v);
-         c.rcvbuf_bytes = n;
-         return {};
-       }}},
-      {"pid", {false, true, [](CollectorConfig& c, const std::string& v) -> std::string {
-         pid_t p;
-         if (!parseInt(v, p) || p <= 0) return "expected a process id" + got(v);
-         c.pids.push_back(p);
-         return {};
-       }}},
-      {"cgroup", {false, true, [](CollectorConfig& c, const std::string& v) -> std::string {
-         if (v.empty() || access(v.c_str(), F_OK) != 0)
-           return "expected an existing cgroup directory, e.g. /sys/fs/cgroup/train.slice" +
-                  got(v);
-         c.cgroups.push_back(v);
-         return {};
-       }}},
-      {"log_level", {false, false, [](CollectorConfig& c, const std::string& v) -> std::string {
-         auto l = parseLogLevel(v);
-         if (!l) return "expected debug, info, warn or error" + got(v);
-         c.log_level = *l;
-         return {};
-       }}},
+      {"listen",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto hp = parseHostPort(v);
+          if (!hp) return "expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9470" + got(v);
+          c.listen = *hp;
+          return {};
+        }}},
+      {"metrics",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto hp = parseHostPort(v);
+          if (!hp) return "expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9471" + got(v);
+          c.metrics = *hp;
+          return {};
+        }}},
+      {"upstream",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto hp = parseHostPort(v);
+          if (!hp || hp->port == 0)
+            return "expected the parent collector's HOST:PORT, e.g. 10.0.0.1:9470" + got(v);
+          c.upstream = *hp;
+          return {};
+        }}},
+      {"window",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto d = parseDuration(v);
+          if (!d || d->count() <= 0) return "expected a duration like 5s or 500ms" + got(v);
+          c.window = *d;
+          return {};
+        }}},
+      {"step",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto d = parseDuration(v);
+          if (!d || *d < std::chrono::milliseconds(1))
+            return "expected a duration of at least 1ms like 500ms" + got(v);
+          c.step = *d;
+          return {};
+        }}},
+      {"no_bpf",
+       {true, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          c.no_bpf = v == "true";
+          return {};
+        }}},
+      {"control",
+       {true, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          // --control=advise is shorthand for --control --control-mode advise.
+          c.control = v != "false";
+          if (v == "advise" || v == "act") c.control_mode = v;
+          return {};
+        }}},
+      {"control_mode",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (v != "act" && v != "advise") return "expected act or advise" + got(v);
+          c.control_mode = v;
+          return {};
+        }}},
+      {"trainer",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto hp = parseHostPort(v);
+          if (!hp || hp->port == 0)
+            return "expected the trainer rank 0's control HOST:PORT, e.g. 127.0.0.1:9472" + got(v);
+          c.trainer = *hp;
+          return {};
+        }}},
+      {"job",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (!wire::isValidName(v)) return "expected a job name like digits or job-1" + got(v);
+          c.job = v;
+          return {};
+        }}},
+      {"decisions_log",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (v.empty()) return "expected a file path for the controller's JSON-lines log";
+          c.decisions_log = v;
+          return {};
+        }}},
+      {"all",
+       {true, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          c.all_processes = v == "true";
+          return {};
+        }}},
+      {"list_probes",
+       {true, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          c.list_probes = v == "true";
+          return {};
+        }}},
+      {"policy",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (v != "rules" && v != "bandit") return "expected rules or bandit" + got(v);
+          c.policy = v;
+          return {};
+        }}},
+      {"secret",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (access(v.c_str(), R_OK) != 0)
+            return "cannot read the secret file (create it, e.g. head -c32 /dev/urandom > FILE)" +
+                   got(v);
+          c.secret_path = v;
+          return {};
+        }}},
+      {"ingest_threads",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          int n;
+          if (!parseInt(v, n) || n < 1 || n > 64) return "expected 1..64" + got(v);
+          c.ingest_threads = n;
+          return {};
+        }}},
+      {"max_series",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          size_t n;
+          if (!parseInt(v, n) || n < 1 || n > 10'000'000) return "expected 1..10000000" + got(v);
+          c.max_series = n;
+          return {};
+        }}},
+      {"rcvbuf",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          size_t n;
+          if (!parseInt(v, n) || n < 4096 || n > (1u << 30))
+            return "expected a socket buffer size in bytes, 4096..1073741824" + got(v);
+          c.rcvbuf_bytes = n;
+          return {};
+        }}},
+      {"pid",
+       {false, true,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          pid_t p;
+          if (!parseInt(v, p) || p <= 0) return "expected a process id" + got(v);
+          c.pids.push_back(p);
+          return {};
+        }}},
+      {"cgroup",
+       {false, true,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (v.empty() || access(v.c_str(), F_OK) != 0)
+            return "expected an existing cgroup directory, e.g. /sys/fs/cgroup/train.slice" +
+                   got(v);
+          c.cgroups.push_back(v);
+          return {};
+        }}},
+      {"log_level",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto l = parseLogLevel(v);
+          if (!l) return "expected debug, info, warn or error" + got(v);
+          c.log_level = *l;
+          return {};
+        }}},
   };
   return table;
 }
@@ -209,15 +250,19 @@ bool applyFile(const std::string& path, CollectorConfig& out, std::string& error
     auto it = settings().find(key);
     std::string where = "config key \"" + raw_key + "\" in " + path + ": ";
     if (it == settings().end() || key == "config") {
-      error = where + "unknown key (known: listen, metrics, window, step, no_bpf, control, "
-                      "control_mode, trainer, job, decisions_log, policy, upstream, secret, ingest_threads, max_series, rcvbuf, pid, "
-                      "cgroup, all, list_probes, log_level)";
+      error = where +
+              "unknown key (known: listen, metrics, window, step, no_bpf, control, "
+              "control_mode, trainer, job, decisions_log, policy, upstream, secret, "
+              "ingest_threads, max_series, rcvbuf, pid, "
+              "cgroup, all, list_probes, log_level)";
       return false;
     }
     const Setting& s = it->second;
     std::vector<json> values;
-    if (s.repeated && value.is_array()) values.assign(value.begin(), value.end());
-    else values.push_back(value);
+    if (s.repeated && value.is_array())
+      values.assign(value.begin(), value.end());
+    else
+      values.push_back(value);
     for (const json& v : values) {
       std::string text;
       if (!jsonText(v, s, text)) {
@@ -242,12 +287,18 @@ std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s) {
   if (ec != std::errc() || n < 0) return std::nullopt;
   std::string_view unit(p, size_t(s.data() + s.size() - p));
   int64_t mult;
-  if (unit == "ns") mult = 1;
-  else if (unit == "us") mult = 1'000;
-  else if (unit == "ms") mult = 1'000'000;
-  else if (unit == "s") mult = 1'000'000'000;
-  else if (unit == "m") mult = 60'000'000'000;
-  else return std::nullopt;
+  if (unit == "ns")
+    mult = 1;
+  else if (unit == "us")
+    mult = 1'000;
+  else if (unit == "ms")
+    mult = 1'000'000;
+  else if (unit == "s")
+    mult = 1'000'000'000;
+  else if (unit == "m")
+    mult = 60'000'000'000;
+  else
+    return std::nullopt;
   if (n > INT64_MAX / mult) return std::nullopt;
   return std::chrono::nanoseconds(n * mult);
 }
@@ -270,9 +321,12 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     std::string path;
-    if (a == "--config" && i + 1 < argc) path = argv[i + 1];
-    else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
-    else continue;
+    if (a == "--config" && i + 1 < argc)
+      path = argv[i + 1];
+    else if (a.rfind("--config=", 0) == 0)
+      path = a.substr(9);
+    else
+      continue;
     out.config_path = path;
     if (!applyFile(path, out, error)) return false;
   }
@@ -319,8 +373,10 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
     if (s.is_bool) {
       bool mode_value = key == "control" && (value == "act" || value == "advise");
       if (has_value && value != "true" && value != "false" && !mode_value) {
-        error = a + (key == "control" ? ": expected no value, =act, =advise, =true or =false"
-                                      : ": expected no value, or =true / =false") + got(value);
+        error = a +
+                (key == "control" ? ": expected no value, =act, =advise, =true or =false"
+                                  : ": expected no value, or =true / =false") +
+                got(value);
         return false;
       }
       if (!has_value) value = "true";
@@ -337,9 +393,11 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
     }
   }
   if (out.step > out.window || out.window.count() % out.step.count() != 0) {
-    error = "--window/--step: the window must be a whole number of steps (e.g. --window 5s "
-            "--step 500ms), got window " + std::to_string(out.window.count() / 1'000'000) +
-            "ms, step " + std::to_string(out.step.count() / 1'000'000) + "ms";
+    error =
+        "--window/--step: the window must be a whole number of steps (e.g. --window 5s "
+        "--step 500ms), got window " +
+        std::to_string(out.window.count() / 1'000'000) + "ms, step " +
+        std::to_string(out.step.count() / 1'000'000) + "ms";
     return false;
   }
   if (out.window / out.step > 10'000) {
@@ -352,12 +410,14 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
 const char* collectorUsage() {
   return "usage: bpftrain-collector [flags]\n"
          "  --config FILE          JSON file with any of the keys below (flags override it)\n"
-         "  --listen HOST:PORT     UDP ingest for binary frames and StatsD (127.0.0.1:9470; :0 = any)\n"
+         "  --listen HOST:PORT     UDP ingest for binary frames and StatsD (127.0.0.1:9470; :0 = "
+         "any)\n"
          "  --metrics HOST:PORT    Prometheus /metrics (127.0.0.1:9471; :0 = any)\n"
          "  --window 5s --step 500ms   sliding window length and step\n"
          "  --ingest-threads N     UDP sockets/threads on the ingest port (2)\n"
          "  --rcvbuf BYTES         socket receive buffer per ingest socket (33554432)\n"
-         "  --max-series N         series cardinality bound (100000); more are rejected and counted\n"
+         "  --max-series N         series cardinality bound (100000); more are rejected and "
+         "counted\n"
          "  --upstream HOST:PORT   forward window summaries to a parent collector\n"
          "  --no-bpf               do not load BPF probes\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"

@@ -23,26 +23,26 @@ struct HostPort {
 };
 
 struct CollectorConfig {
-  std::string config_path;                 // --config
-  HostPort listen{"127.0.0.1", 9470};      // --listen: UDP ingest
-  HostPort metrics{"127.0.0.1", 9471};     // --metrics: Prometheus /metrics
+  std::string config_path;              // --config
+  HostPort listen{"127.0.0.1", 9470};   // --listen: UDP ingest
+  HostPort metrics{"127.0.0.1", 9471};  // --metrics: Prometheus /metrics
   std::chrono::nanoseconds window = std::chrono::seconds(5);
   std::chrono::nanoseconds step = std::chrono::milliseconds(500);
   bool no_bpf = false;
   bool control = false;
-  std::string policy = "rules";            // rules|bandit
-  std::optional<HostPort> upstream;        // parent collector
-  std::string secret_path;                 // HMAC key for control decisions
-  std::string control_mode = "act";        // act: send decisions; advise: only log them
-  HostPort trainer{"127.0.0.1", 9472};     // trainer rank 0's control port
-  std::string job;                         // job the controller steers; empty: first seen
-  std::string decisions_log;               // controller decisions, JSON lines
+  std::string policy = "rules";         // rules|bandit
+  std::optional<HostPort> upstream;     // parent collector
+  std::string secret_path;              // HMAC key for control decisions
+  std::string control_mode = "act";     // act: send decisions; advise: only log them
+  HostPort trainer{"127.0.0.1", 9472};  // trainer rank 0's control port
+  std::string job;                      // job the controller steers; empty: first seen
+  std::string decisions_log;            // controller decisions, JSON lines
   int ingest_threads = 2;
   size_t max_series = 100'000;
-  size_t rcvbuf_bytes = 32u << 20;         // per ingest socket
-  std::vector<pid_t> pids;                 // --pid (repeatable)
-  std::vector<std::string> cgroups;        // --cgroup (repeatable)
-  bool all_processes = false;              // --all
+  size_t rcvbuf_bytes = 32u << 20;   // per ingest socket
+  std::vector<pid_t> pids;           // --pid (repeatable)
+  std::vector<std::string> cgroups;  // --cgroup (repeatable)
+  bool all_processes = false;        // --all
   bool list_probes = false;
   bool help = false;
   LogLevel log_level = LogLevel::kInfo;

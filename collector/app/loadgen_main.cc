@@ -7,14 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -34,9 +33,9 @@ struct Options {
   uint16_t port = 9470;
   bool statsd = false;
   int workers = 4;
-  double hz = 10;            // datagrams per worker per second (workers mode)
-  double rate = 0;           // samples per second in total (rate mode) when > 0
-  int per_datagram = 0;      // samples per datagram; default 3 (workers) or 50 (rate)
+  double hz = 10;        // datagrams per worker per second (workers mode)
+  double rate = 0;       // samples per second in total (rate mode) when > 0
+  int per_datagram = 0;  // samples per datagram; default 3 (workers) or 50 (rate)
   double duration_s = 2;
   int sockets = 16;
   std::string job = "loadgen";
@@ -154,8 +153,7 @@ int main(int argc, char** argv) {
   std::vector<Worker> workers(size_t(o.workers));
   for (int w = 0; w < o.workers; ++w) {
     // Contiguous blocks of workers per socket, so consecutive datagrams batch on one socket.
-    workers[w] = Worker{o.sender_base + uint64_t(w), 0,
-                        int(int64_t(w) * o.sockets / o.workers), 0};
+    workers[w] = Worker{o.sender_base + uint64_t(w), 0, int(int64_t(w) * o.sockets / o.workers), 0};
   }
 
   // Counts of what the kernel accepted, per metric (Prometheus name) and in total.
@@ -205,8 +203,12 @@ int main(int argc, char** argv) {
         if (w.socket != s) continue;
         uint8_t* buf = storage.data() + size_t(n) * kBuf;
         uint32_t pid = uint32_t(getpid());
-        bpftrain::wire::Hello h{o.job, "loadgen-node", uint32_t(&w - workers.data()),
-                                uint32_t(o.workers), pid, std::span<const uint32_t>(&pid, 1)};
+        bpftrain::wire::Hello h{o.job,
+                                "loadgen-node",
+                                uint32_t(&w - workers.data()),
+                                uint32_t(o.workers),
+                                pid,
+                                std::span<const uint32_t>(&pid, 1)};
         size_t len = bpftrain::wire::encodeHello(std::span<uint8_t>(buf, kBuf), w.sender_id,
                                                  w.sequence++, h);
         iovs[n] = iovec{buf, len};
@@ -247,8 +249,9 @@ int main(int argc, char** argv) {
       }
     }
     if (!o.statsd) {
-      len = bpftrain::wire::encodeSamples(std::span<uint8_t>(buf, kBuf), w.sender_id, 0, 0,
-                                          std::span<const SampleRecord>(recs, size_t(o.per_datagram)));
+      len = bpftrain::wire::encodeSamples(
+          std::span<uint8_t>(buf, kBuf), w.sender_id, 0, 0,
+          std::span<const SampleRecord>(recs, size_t(o.per_datagram)));
     }
     return len;
   };
@@ -270,9 +273,9 @@ int main(int argc, char** argv) {
       for (size_t c = 0; c < cycle; ++c) {
         Rendered& r = cache[w][c];
         std::vector<uint8_t> tmp(kBuf);
-        r.bytes.assign(tmp.begin(), tmp.begin() + long(render(tmp.data(), workers[w],
-                                                              c * size_t(o.per_datagram),
-                                                              r.counts, r.sums)));
+        r.bytes.assign(tmp.begin(),
+                       tmp.begin() + long(render(tmp.data(), workers[w], c * size_t(o.per_datagram),
+                                                 r.counts, r.sums)));
       }
     }
   }
@@ -282,7 +285,8 @@ int main(int argc, char** argv) {
     uint8_t* buf = storage.data() + size_t(i) * kBuf;
     size_t len;
     if (!cache.empty()) {
-      const Rendered& r = cache[size_t(&w - workers.data())][(w.tick / size_t(o.per_datagram)) % cycle];
+      const Rendered& r =
+          cache[size_t(&w - workers.data())][(w.tick / size_t(o.per_datagram)) % cycle];
       std::memcpy(buf, r.bytes.data(), r.bytes.size());
       std::copy(std::begin(r.counts), std::end(r.counts), batch_counts[i]);
       std::copy(std::begin(r.sums), std::end(r.sums), batch_sums[i]);
@@ -343,8 +347,9 @@ int main(int argc, char** argv) {
   out["samples_per_second"] = took > 0 ? double(samples) / took : 0.0;
   nlohmann::json metrics = nlohmann::json::object();
   for (size_t m = 0; m < kMetricCount; ++m) {
-    std::string name = o.statsd ? kMetrics[m].prom_name
-                                : "bpftrain_" + std::string(bpftrain::wire::metricInfo(kMetrics[m].id).name);
+    std::string name =
+        o.statsd ? kMetrics[m].prom_name
+                 : "bpftrain_" + std::string(bpftrain::wire::metricInfo(kMetrics[m].id).name);
     metrics[name] = {{"count", sent_count[m]}, {"sum", sent_sum[m]}};
   }
   out["metrics"] = metrics;

@@ -16,8 +16,10 @@ MetricFamily family(std::string name, std::string help, MetricType type) {
 void add(MetricFamily& f, double v, std::vector<ClientMetric::Label> labels = {}) {
   ClientMetric m;
   m.label = std::move(labels);
-  if (f.type == MetricType::Counter) m.counter.value = v;
-  else m.gauge.value = v;
+  if (f.type == MetricType::Counter)
+    m.counter.value = v;
+  else
+    m.gauge.value = v;
   f.metric.push_back(std::move(m));
 }
 
@@ -28,14 +30,17 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
   for (const auto& s : ingest_.stats()) t.add(*s);
   std::vector<MetricFamily> out;
 
-  auto samples = family("bpftrain_collector_samples_total",
-                        "Accepted samples: one binary record or one StatsD line", MetricType::Counter);
+  auto samples =
+      family("bpftrain_collector_samples_total",
+             "Accepted samples: one binary record or one StatsD line", MetricType::Counter);
   for (size_t p = 0; p < size_t(ingest::Protocol::kCount); ++p)
-    add(samples, double(t.samples[p]), {{"protocol", std::string(ingest::protocolName(ingest::Protocol(p)))}});
+    add(samples, double(t.samples[p]),
+        {{"protocol", std::string(ingest::protocolName(ingest::Protocol(p)))}});
   out.push_back(std::move(samples));
 
-  auto errors = family("bpftrain_collector_decode_errors_total",
-                       "Datagrams, frames or lines rejected as malformed, by reason", MetricType::Counter);
+  auto errors =
+      family("bpftrain_collector_decode_errors_total",
+             "Datagrams, frames or lines rejected as malformed, by reason", MetricType::Counter);
   for (size_t r = 1; r < size_t(ingest::DecodeReason::kCount); ++r)
     add(errors, double(t.decode_errors[r]),
         {{"reason", std::string(ingest::decodeReasonName(ingest::DecodeReason(r)))}});
@@ -48,19 +53,22 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
         {{"reason", std::string(ingest::dropReasonName(ingest::DropReason(r)))}});
   out.push_back(std::move(dropped));
 
-  auto lost = family("bpftrain_collector_samples_lost_total",
-                     "Frames missing from senders' sequence numbers (lost between sender and collector)",
-                     MetricType::Counter);
+  auto lost =
+      family("bpftrain_collector_samples_lost_total",
+             "Frames missing from senders' sequence numbers (lost between sender and collector)",
+             MetricType::Counter);
   add(lost, double(t.samples_lost));
   out.push_back(std::move(lost));
 
   auto kdrops = family("bpftrain_collector_kernel_drops_total",
                        "Datagrams the kernel dropped because an ingest socket buffer was full "
-                       "(SO_RXQ_OVFL)", MetricType::Counter);
+                       "(SO_RXQ_OVFL)",
+                       MetricType::Counter);
   add(kdrops, double(t.kernel_drops));
   out.push_back(std::move(kdrops));
 
-  auto dgrams = family("bpftrain_collector_datagrams_total", "UDP datagrams received", MetricType::Counter);
+  auto dgrams =
+      family("bpftrain_collector_datagrams_total", "UDP datagrams received", MetricType::Counter);
   add(dgrams, double(t.datagrams));
   out.push_back(std::move(dgrams));
   auto bytes = family("bpftrain_collector_received_bytes_total", "UDP payload bytes received",
@@ -75,8 +83,8 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
   add(limit, double(max_series_.load()));
   out.push_back(std::move(limit));
 
-  auto senders = family("bpftrain_collector_senders", "Senders known from hello frames",
-                        MetricType::Gauge);
+  auto senders =
+      family("bpftrain_collector_senders", "Senders known from hello frames", MetricType::Gauge);
   add(senders, double(registry_.size()));
   out.push_back(std::move(senders));
 
@@ -85,8 +93,8 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
                        MetricType::Gauge);
   add(rcvbuf, double(ingest_.rcvbufBytes()), {{"requested", std::to_string(requested_rcvbuf_)}});
   out.push_back(std::move(rcvbuf));
-  auto threads = family("bpftrain_collector_ingest_threads", "Ingest sockets/threads",
-                        MetricType::Gauge);
+  auto threads =
+      family("bpftrain_collector_ingest_threads", "Ingest sockets/threads", MetricType::Gauge);
   add(threads, double(ingest_.threads()));
   out.push_back(std::move(threads));
 
@@ -103,9 +111,10 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
   add(reloads, double(health_.reloads.load()), {{"result", "ok"}});
   add(reloads, double(health_.reload_failures.load()), {{"result", "error"}});
   out.push_back(std::move(reloads));
-  auto overruns = family("bpftrain_collector_step_overruns_total",
-                         "Window steps whose listeners (loader poll, upstream) took longer than a step",
-                         MetricType::Counter);
+  auto overruns =
+      family("bpftrain_collector_step_overruns_total",
+             "Window steps whose listeners (loader poll, upstream) took longer than a step",
+             MetricType::Counter);
   add(overruns, double(health_.step_overruns.load()));
   out.push_back(std::move(overruns));
   return out;

@@ -16,8 +16,8 @@
 namespace bpftrain::collector::app {
 
 struct Health {
-  std::atomic<int> bpf_enabled{0};        // 1 when the probe service is running
-  std::atomic<int> upstream_enabled{0};   // 1 when forwarding to a parent collector
+  std::atomic<int> bpf_enabled{0};       // 1 when the probe service is running
+  std::atomic<int> upstream_enabled{0};  // 1 when forwarding to a parent collector
   std::atomic<int> controller_enabled{0};
   std::atomic<uint64_t> reloads{0};
   std::atomic<uint64_t> reload_failures{0};
@@ -30,8 +30,12 @@ class SelfMetrics : public prometheus::Collectable {
   SelfMetrics(const ingest::UdpIngest& ingest, const window::SeriesStore& store,
               const ingest::SenderRegistry& registry, const Health& health, size_t max_series,
               size_t requested_rcvbuf)
-      : ingest_(ingest), store_(store), registry_(registry), health_(health),
-        max_series_(max_series), requested_rcvbuf_(requested_rcvbuf) {}
+      : ingest_(ingest),
+        store_(store),
+        registry_(registry),
+        health_(health),
+        max_series_(max_series),
+        requested_rcvbuf_(requested_rcvbuf) {}
   void setMaxSeries(size_t n) { max_series_.store(n); }
 
   std::vector<prometheus::MetricFamily> Collect() const override;

@@ -8,16 +8,19 @@
 namespace bpftrain::collector::ingest {
 namespace {
 
+using window::kRejectedSeries;
 using window::Label;
 using window::SeriesId;
 using window::SeriesKind;
-using window::kRejectedSeries;
 
 SeriesKind kindOf(wire::SampleType t) {
   switch (t) {
-    case wire::SampleType::kCounter: return SeriesKind::kCounter;
-    case wire::SampleType::kTimer: return SeriesKind::kDistribution;
-    case wire::SampleType::kGauge: break;
+    case wire::SampleType::kCounter:
+      return SeriesKind::kCounter;
+    case wire::SampleType::kTimer:
+      return SeriesKind::kDistribution;
+    case wire::SampleType::kGauge:
+      break;
   }
   return SeriesKind::kGauge;
 }
@@ -29,7 +32,10 @@ constexpr uint32_t kRestartDistance = 1u << 16;
 
 Dispatcher::Dispatcher(window::SeriesStore& store, SenderRegistry& registry, IngestStats& stats,
                        int writer, DispatchOptions options)
-    : store_(store), registry_(registry), stats_(stats), writer_(writer),
+    : store_(store),
+      registry_(registry),
+      stats_(stats),
+      writer_(writer),
       options_(std::move(options)) {}
 
 void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns) {
@@ -55,8 +61,12 @@ void Dispatcher::handleBinary(std::span<const uint8_t> datagram, int64_t now_ns)
       return;
     }
     switch (frame.header.kind) {
-      case wire::FrameKind::kHello: handleHello(frame, now_ns); break;
-      case wire::FrameKind::kSamples: handleSamples(frame, now_ns); break;
+      case wire::FrameKind::kHello:
+        handleHello(frame, now_ns);
+        break;
+      case wire::FrameKind::kSamples:
+        handleSamples(frame, now_ns);
+        break;
       case wire::FrameKind::kWindowSummary:
         if (!options_.summary) {
           stats_.drop(DropReason::kUnexpectedKind);
@@ -65,7 +75,9 @@ void Dispatcher::handleBinary(std::span<const uint8_t> datagram, int64_t now_ns)
           stats_.error(DecodeReason::kBadSummary);
         }
         break;
-      case wire::FrameKind::kControl: stats_.drop(DropReason::kUnexpectedKind); break;
+      case wire::FrameKind::kControl:
+        stats_.drop(DropReason::kUnexpectedKind);
+        break;
     }
   }
 }
@@ -130,8 +142,8 @@ SeriesId Dispatcher::seriesFor(SenderState& s, wire::MetricId metric) {
   char name[96] = "bpftrain_";
   std::memcpy(name + 9, info.name.data(), info.name.size());
   Label labels[] = {{"job", s.job}, {"rank", s.rank}};
-  SeriesId got = store_.lookup(std::string_view(name, 9 + info.name.size()), labels,
-                               kindOf(info.type));
+  SeriesId got =
+      store_.lookup(std::string_view(name, 9 + info.name.size()), labels, kindOf(info.type));
   if (got != kRejectedSeries) id = got;  // rejections are retried: the limit may be raised
   return got;
 }
@@ -150,17 +162,18 @@ void Dispatcher::recordInfo(SenderState& s, bool topology, double value, int64_t
   auto& ids = topology ? s.topology_info : s.pinning_info;
   auto idFor = [&](int which) {
     if (ids[which] == kUnset) {
-      SeriesId got = topology ? infoSeries(s, "bpftrain_topology_info", "topology",
-                                           topologyName(Topology(which)))
-                              : infoSeries(s, "bpftrain_pinning_info", "mode",
-                                           pinModeName(PinMode(which)));
+      SeriesId got =
+          topology
+              ? infoSeries(s, "bpftrain_topology_info", "topology", topologyName(Topology(which)))
+              : infoSeries(s, "bpftrain_pinning_info", "mode", pinModeName(PinMode(which)));
       if (got == kRejectedSeries) return got;
       ids[which] = got;
     }
     return ids[which];
   };
   if (current >= 0 && current != v) {
-    if (SeriesId old = idFor(current); old != kRejectedSeries) store_.record(writer_, old, 0, now_ns);
+    if (SeriesId old = idFor(current); old != kRejectedSeries)
+      store_.record(writer_, old, 0, now_ns);
   }
   if (SeriesId id = idFor(v); id != kRejectedSeries) store_.record(writer_, id, 1, now_ns);
   current = v;
@@ -270,7 +283,9 @@ void Dispatcher::handleStatsdLine(std::string_view line, int64_t now_ns) {
   }
   StatsdEntry& e = *entry;
   switch (l.type) {
-    case StatsdType::kCounter: store_.record(writer_, e.id, l.value / l.sample_rate, now_ns); break;
+    case StatsdType::kCounter:
+      store_.record(writer_, e.id, l.value / l.sample_rate, now_ns);
+      break;
     case StatsdType::kGauge:
       e.gauge = l.relative ? e.gauge + l.value : l.value;
       store_.record(writer_, e.id, e.gauge, now_ns);

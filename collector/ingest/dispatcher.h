@@ -22,11 +22,11 @@
 namespace bpftrain::collector::ingest {
 
 // Merges a child collector's kWindowSummary frame into the store (collector/upstream).
-using SummaryHandler = std::function<wire::DecodeError(const wire::FrameView&,
-                                                       window::SeriesStore&, int, int64_t)>;
+using SummaryHandler =
+    std::function<wire::DecodeError(const wire::FrameView&, window::SeriesStore&, int, int64_t)>;
 
 struct DispatchOptions {
-  SummaryHandler summary;            // empty: summary frames are dropped (unexpected_kind)
+  SummaryHandler summary;              // empty: summary frames are dropped (unexpected_kind)
   size_t max_cached_series = 1 << 20;  // per-thread StatsD key cache; cleared when exceeded
 };
 
@@ -82,7 +82,8 @@ class Dispatcher {
   std::unordered_map<uint64_t, SenderState> senders_;
   KeyTable<StatsdEntry> statsd_;
   StatsdLine line_;  // reused parse output
-  std::array<char, 2 * kMaxStatsdNameLength + kMaxStatsdTags * (kMaxStatsdNameLength + kMaxStatsdTagValueLength + 2) + 8>
+  std::array<char, 2 * kMaxStatsdNameLength +
+                       kMaxStatsdTags*(kMaxStatsdNameLength + kMaxStatsdTagValueLength + 2) + 8>
       key_buf_;
 };
 

@@ -37,34 +37,48 @@ inline DecodeReason fromWire(wire::DecodeError e) { return DecodeReason(uint8_t(
 
 inline std::string_view decodeReasonName(DecodeReason r) {
   switch (r) {
-    case DecodeReason::kBadLine: return "statsd_syntax";
-    case DecodeReason::kBadValue: return "bad_value";
-    case DecodeReason::kBadType: return "bad_type";
-    case DecodeReason::kBadSampleRate: return "bad_sample_rate";
-    case DecodeReason::kBadTag: return "bad_tag";
-    case DecodeReason::kLabelFlood: return "label_flood";
-    case DecodeReason::kBadSummary: return "bad_summary";
-    case DecodeReason::kCount: return "unknown";
-    default: return wire::decodeErrorName(wire::DecodeError(uint8_t(r)));
+    case DecodeReason::kBadLine:
+      return "statsd_syntax";
+    case DecodeReason::kBadValue:
+      return "bad_value";
+    case DecodeReason::kBadType:
+      return "bad_type";
+    case DecodeReason::kBadSampleRate:
+      return "bad_sample_rate";
+    case DecodeReason::kBadTag:
+      return "bad_tag";
+    case DecodeReason::kLabelFlood:
+      return "label_flood";
+    case DecodeReason::kBadSummary:
+      return "bad_summary";
+    case DecodeReason::kCount:
+      return "unknown";
+    default:
+      return wire::decodeErrorName(wire::DecodeError(uint8_t(r)));
   }
 }
 
 // Samples that decoded fine but were not stored: the `reason` label of dropped_total.
 enum class DropReason : uint8_t {
-  kUnknownSender,    // samples from a sender that has not said hello (yet)
-  kSeriesLimit,      // the store refused a new series (max_series)
-  kRegistryFull,     // hello from one sender too many
-  kUnexpectedKind,   // control frames (sent to the trainer, not here) or summaries w/o upstream
+  kUnknownSender,   // samples from a sender that has not said hello (yet)
+  kSeriesLimit,     // the store refused a new series (max_series)
+  kRegistryFull,    // hello from one sender too many
+  kUnexpectedKind,  // control frames (sent to the trainer, not here) or summaries w/o upstream
   kCount,
 };
 
 inline std::string_view dropReasonName(DropReason r) {
   switch (r) {
-    case DropReason::kUnknownSender: return "unknown_sender";
-    case DropReason::kSeriesLimit: return "series_limit";
-    case DropReason::kRegistryFull: return "registry_full";
-    case DropReason::kUnexpectedKind: return "unexpected_kind";
-    case DropReason::kCount: break;
+    case DropReason::kUnknownSender:
+      return "unknown_sender";
+    case DropReason::kSeriesLimit:
+      return "series_limit";
+    case DropReason::kRegistryFull:
+      return "registry_full";
+    case DropReason::kUnexpectedKind:
+      return "unexpected_kind";
+    case DropReason::kCount:
+      break;
   }
   return "unknown";
 }
@@ -78,8 +92,8 @@ struct alignas(64) IngestStats {
   std::atomic<uint64_t> samples[size_t(Protocol::kCount)]{};
   std::atomic<uint64_t> decode_errors[size_t(DecodeReason::kCount)]{};
   std::atomic<uint64_t> dropped[size_t(DropReason::kCount)]{};
-  std::atomic<uint64_t> samples_lost{};   // frames missing in per-sender sequences
-  std::atomic<uint64_t> kernel_drops{};   // SO_RXQ_OVFL: datagrams the socket buffer refused
+  std::atomic<uint64_t> samples_lost{};  // frames missing in per-sender sequences
+  std::atomic<uint64_t> kernel_drops{};  // SO_RXQ_OVFL: datagrams the socket buffer refused
   std::atomic<uint64_t> datagrams{};
   std::atomic<uint64_t> bytes{};
 

@@ -18,7 +18,8 @@ bool SenderRegistry::update(uint64_t sender_id, const wire::HelloView& hello, in
   bool changed = s.job != hello.job || s.node != hello.node || s.rank != hello.rank ||
                  s.world != hello.world || s.pid != pid_t(hello.pid) ||
                  s.tids.size() != hello.tidCount();
-  for (size_t i = 0; !changed && i < hello.tidCount(); ++i) changed = s.tids[i] != pid_t(hello.tid(i));
+  for (size_t i = 0; !changed && i < hello.tidCount(); ++i)
+    changed = s.tids[i] != pid_t(hello.tid(i));
   if (!changed) return true;
   s.job.assign(hello.job);
   s.node.assign(hello.node);

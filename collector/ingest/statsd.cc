@@ -66,9 +66,12 @@ size_t mapStatsdName(std::string_view raw, char* out, size_t cap) {
   }
   if (n + raw.size() > cap) return 0;
   for (char c : raw) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-    if (c == '.' || c == '-') c = '_';
-    else if (!ok) return 0;
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (c == '.' || c == '-')
+      c = '_';
+    else if (!ok)
+      return 0;
     out[n++] = c;
   }
   return n;
@@ -89,11 +92,16 @@ std::optional<DecodeReason> parseStatsdLine(std::string_view line, StatsdLine& o
   std::string_view type = rest.substr(0, bar);
   rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
 
-  if (type == "c") out.type = StatsdType::kCounter;
-  else if (type == "g") out.type = StatsdType::kGauge;
-  else if (type == "ms") out.type = StatsdType::kTimerMs;
-  else if (type == "h" || type == "d") out.type = StatsdType::kHistogram;
-  else return DecodeReason::kBadType;
+  if (type == "c")
+    out.type = StatsdType::kCounter;
+  else if (type == "g")
+    out.type = StatsdType::kGauge;
+  else if (type == "ms")
+    out.type = StatsdType::kTimerMs;
+  else if (type == "h" || type == "d")
+    out.type = StatsdType::kHistogram;
+  else
+    return DecodeReason::kBadType;
 
   if (!parseDouble(value, out.value)) {
     // from_chars reads "nan"/"inf", so anything left here is not a number at all.

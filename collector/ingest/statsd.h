@@ -10,10 +10,10 @@
 
 namespace bpftrain::collector::ingest {
 
-inline constexpr size_t kMaxStatsdTags = 8;           // more is a label flood
-inline constexpr size_t kMaxStatsdNameLength = 200;   // metric and tag names, before mapping
+inline constexpr size_t kMaxStatsdTags = 8;          // more is a label flood
+inline constexpr size_t kMaxStatsdNameLength = 200;  // metric and tag names, before mapping
 inline constexpr size_t kMaxStatsdTagValueLength = 128;
-inline constexpr int kMaxTimerRepeat = 100;           // bound on 1/@rate replays of a timer sample
+inline constexpr int kMaxTimerRepeat = 100;  // bound on 1/@rate replays of a timer sample
 
 enum class StatsdType : uint8_t { kCounter, kGauge, kTimerMs, kHistogram };
 
@@ -23,9 +23,9 @@ struct StatsdTag {
 };
 
 struct StatsdLine {
-  std::string_view name;      // as sent
+  std::string_view name;  // as sent
   double value = 0;
-  bool relative = false;      // gauge written with an explicit sign: a delta, not a value
+  bool relative = false;  // gauge written with an explicit sign: a delta, not a value
   StatsdType type = StatsdType::kGauge;
   double sample_rate = 1;
   std::string_view tags_raw;  // "k:v,k2:v2" as sent (part of the series key)

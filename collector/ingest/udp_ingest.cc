@@ -3,10 +3,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <pthread.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -16,9 +15,9 @@
 namespace bpftrain::collector::ingest {
 namespace {
 
-constexpr int kBatch = 64;                       // datagrams per recvmmsg
+constexpr int kBatch = 64;                                  // datagrams per recvmmsg
 constexpr size_t kBufferSize = wire::kMaxDatagramSize + 1;  // +1 to see MSG_TRUNC on loopback
-constexpr int kPollMs = 100;                     // how quickly stop() is noticed when idle
+constexpr int kPollMs = 100;  // how quickly stop() is noticed when idle
 
 int64_t nowNs() {
   timespec ts;
@@ -45,7 +44,8 @@ struct UdpIngest::Worker {
 void IngestTotals::add(const IngestStats& s) {
   auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   for (size_t i = 0; i < size_t(Protocol::kCount); ++i) samples[i] += ld(s.samples[i]);
-  for (size_t i = 0; i < size_t(DecodeReason::kCount); ++i) decode_errors[i] += ld(s.decode_errors[i]);
+  for (size_t i = 0; i < size_t(DecodeReason::kCount); ++i)
+    decode_errors[i] += ld(s.decode_errors[i]);
   for (size_t i = 0; i < size_t(DropReason::kCount); ++i) dropped[i] += ld(s.dropped[i]);
   samples_lost += ld(s.samples_lost);
   kernel_drops += ld(s.kernel_drops);
@@ -60,7 +60,8 @@ std::unique_ptr<UdpIngest> UdpIngest::start(const UdpIngestOptions& options,
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   if (inet_pton(AF_INET, options.host.c_str(), &addr.sin_addr) != 1) {
-    error = "--listen: '" + options.host + "' is not an IPv4 address (use e.g. 127.0.0.1 or 0.0.0.0)";
+    error =
+        "--listen: '" + options.host + "' is not an IPv4 address (use e.g. 127.0.0.1 or 0.0.0.0)";
     return nullptr;
   }
   uint16_t port = options.port;
@@ -87,8 +88,9 @@ std::unique_ptr<UdpIngest> UdpIngest::start(const UdpIngestOptions& options,
     self->rcvbuf_forced_ = forced;
     addr.sin_port = htons(port);
     if (bind(w->fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      error = "--listen " + options.host + ":" + std::to_string(port) + ": " + std::strerror(errno) +
-              (errno == EADDRINUSE ? " (another collector running? pick another port or use :0)" : "");
+      error =
+          "--listen " + options.host + ":" + std::to_string(port) + ": " + std::strerror(errno) +
+          (errno == EADDRINUSE ? " (another collector running? pick another port or use :0)" : "");
       return nullptr;
     }
     if (i == 0) {
@@ -165,8 +167,10 @@ void UdpIngest::run(Worker& w) {
       if (h.msg_flags & MSG_TRUNC) {
         w.stats->error(DecodeReason::kOversized);
       } else {
-        w.dispatcher->handleDatagram(std::span<const uint8_t>(
-            static_cast<const uint8_t*>(iovs[i].iov_base), msgs[i].msg_len), now);
+        w.dispatcher->handleDatagram(
+            std::span<const uint8_t>(static_cast<const uint8_t*>(iovs[i].iov_base),
+                                     msgs[i].msg_len),
+            now);
       }
       reset(i);
     }

@@ -16,10 +16,10 @@ namespace bpftrain::collector::ingest {
 
 struct UdpIngestOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 9470;     // 0: the kernel picks one; all sockets share it
+  uint16_t port = 9470;  // 0: the kernel picks one; all sockets share it
   int threads = 2;
   int rcvbuf_bytes = 32 << 20;
-  int first_writer = 0;     // store writer index of thread 0; thread i uses first_writer + i
+  int first_writer = 0;  // store writer index of thread 0; thread i uses first_writer + i
   DispatchOptions dispatch;
 };
 

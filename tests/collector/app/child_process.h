@@ -105,13 +105,17 @@ class ChildProcess {
     char b[4096];
     if (fds[0].revents) {
       ssize_t n = read(out_, b, sizeof b);
-      if (n > 0) out_buf_.append(b, size_t(n));
-      else out_open_ = false, fds[0].fd = -1;
+      if (n > 0)
+        out_buf_.append(b, size_t(n));
+      else
+        out_open_ = false, fds[0].fd = -1;
     }
     if (fds[1].revents) {
       ssize_t n = read(err_, b, sizeof b);
-      if (n > 0) err_buf_.append(b, size_t(n));
-      else err_open_ = false;
+      if (n > 0)
+        err_buf_.append(b, size_t(n));
+      else
+        err_open_ = false;
     }
     return out_open_ || err_open_;
   }
@@ -124,7 +128,8 @@ class ChildProcess {
 };
 
 // GET http://host:port/path; body, or empty on failure.
-inline std::string httpGet(const std::string& host, int port, const std::string& path = "/metrics") {
+inline std::string httpGet(const std::string& host, int port,
+                           const std::string& path = "/metrics") {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;

@@ -1,12 +1,12 @@
 // The collector binary on port 0 driven by the load generator over loopback; /metrics scraped
 // over HTTP and compared with what the load generator says it sent, exactly.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -27,8 +27,15 @@ struct Collector {
 
   explicit Collector(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-collector"),
-                                     "--no-bpf", "--listen", "127.0.0.1:0", "--metrics",
-                                     "127.0.0.1:0", "--window", "60s", "--step", "1s"};
+                                     "--no-bpf",
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--metrics",
+                                     "127.0.0.1:0",
+                                     "--window",
+                                     "60s",
+                                     "--step",
+                                     "1s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc = std::make_unique<ChildProcess>(argv);
     auto m = proc->waitLine(std::regex("udp=[0-9.]+:([0-9]+) metrics=[0-9.]+:([0-9]+)"), 20s);
@@ -55,8 +62,8 @@ struct Collector {
 };
 
 nlohmann::json runLoadgen(int udp_port, std::vector<std::string> args) {
-  std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-loadgen"),
-                                   "--target", "127.0.0.1:" + std::to_string(udp_port)};
+  std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-loadgen"), "--target",
+                                   "127.0.0.1:" + std::to_string(udp_port)};
   argv.insert(argv.end(), args.begin(), args.end());
   ChildProcess lg(argv);
   auto line = lg.waitLine(std::regex("^\\{.*\\}$"), 60s);
@@ -97,7 +104,8 @@ TEST(CollectorE2E, BinaryFramesAggregatedExactly) {
             double(per["bpftrain_allreduce_bytes"]["count"]));
   EXPECT_EQ(sumMatching(m, "bpftrain_step_seconds_count{"),
             double(per["bpftrain_step_seconds"]["count"]));
-  EXPECT_NEAR(sumMatching(m, "bpftrain_step_seconds_sum{"), double(per["bpftrain_step_seconds"]["sum"]),
+  EXPECT_NEAR(sumMatching(m, "bpftrain_step_seconds_sum{"),
+              double(per["bpftrain_step_seconds"]["sum"]),
               1e-9 * double(per["bpftrain_step_seconds"]["sum"]));
   for (int r = 0; r < 8; ++r)  // gauges: the last value, which the generator sets to the rank
     EXPECT_EQ(get(m, "bpftrain_loss{job=\"loadgen\",rank=\"" + std::to_string(r) + "\"}"), r);
@@ -106,8 +114,8 @@ TEST(CollectorE2E, BinaryFramesAggregatedExactly) {
 TEST(CollectorE2E, StatsdLinesAggregatedExactly) {
   Collector c;
   ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
-  auto sent = runLoadgen(c.udp_port, {"--protocol", "statsd", "--rate", "200000",
-                                      "--workers", "16", "--duration", "1"});
+  auto sent = runLoadgen(c.udp_port, {"--protocol", "statsd", "--rate", "200000", "--workers", "16",
+                                      "--duration", "1"});
   ASSERT_FALSE(sent.is_null());
   uint64_t samples = sent["samples"];
   auto m = c.scrapeUntil([&](const auto& m) {
@@ -171,9 +179,8 @@ TEST(CollectorE2E, SighupReloadsTheConfigFile) {
   ASSERT_TRUE(line) << c.proc->stderrText();
   EXPECT_NE((*line)[0].str().find("applied: log_level"), std::string::npos) << (*line)[0];
   EXPECT_NE((*line)[0].str().find("needs a restart: max_series"), std::string::npos) << (*line)[0];
-  auto m = c.scrapeUntil([](const auto& m) {
-    return get(m, "bpftrain_collector_reloads_total{result=\"ok\"}") == 1;
-  });
+  auto m = c.scrapeUntil(
+      [](const auto& m) { return get(m, "bpftrain_collector_reloads_total{result=\"ok\"}") == 1; });
   EXPECT_EQ(get(m, "bpftrain_collector_reloads_total{result=\"ok\"}"), 1);
   // A broken file is reported and the collector keeps running on the old config.
   std::ofstream(path) << R"({"log_level": "loud"})";
@@ -186,9 +193,9 @@ TEST(CollectorE2E, SighupReloadsTheConfigFile) {
 }
 
 struct BadConfig {
-  std::string file;                // JSON written to a temp file, "" for none
+  std::string file;  // JSON written to a temp file, "" for none
   std::vector<std::string> flags;
-  std::string must_name;           // the key or flag the one-line error must name
+  std::string must_name;  // the key or flag the one-line error must name
 };
 
 TEST(CollectorE2E, ConfigMistakesExitTwoWithOneLineNamingTheKey) {
@@ -245,8 +252,8 @@ TEST(CollectorE2E, TwoChildrenMergeIntoParentWithinSketchBound) {
   ASSERT_GT(child_b.udp_port, 0) << child_b.proc->stderrText();
 
   std::mt19937 rng(42);
-  std::lognormal_distribution<double> slow(3.0, 0.6);   // ms, child a
-  std::uniform_real_distribution<double> fast(1, 15);   // ms, child b
+  std::lognormal_distribution<double> slow(3.0, 0.6);  // ms, child a
+  std::uniform_real_distribution<double> fast(1, 15);  // ms, child b
   std::vector<double> all_seconds;
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
   for (Collector* c : {&child_a, &child_b}) {

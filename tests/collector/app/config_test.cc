@@ -30,11 +30,36 @@ TEST(ConfigTest, EveryFlag) {
   std::string err;
   std::string secret = ::testing::TempDir() + "/secret";
   std::ofstream(secret) << "k";
-  ASSERT_TRUE(load({"--listen", "0.0.0.0:1", "--metrics=127.0.0.1:0", "--window", "10s", "--step",
-                    "250ms", "--no-bpf", "--control", "--policy", "bandit", "--upstream",
-                    "10.0.0.1:9470", "--secret", secret.c_str(), "--ingest-threads", "4",
-                    "--max-series", "5000", "--pid", "1", "--pid", "2", "--cgroup", "/sys/fs/cgroup",
-                    "--all", "--log-level", "debug", "--rcvbuf", "8192"},
+  ASSERT_TRUE(load({"--listen",
+                    "0.0.0.0:1",
+                    "--metrics=127.0.0.1:0",
+                    "--window",
+                    "10s",
+                    "--step",
+                    "250ms",
+                    "--no-bpf",
+                    "--control",
+                    "--policy",
+                    "bandit",
+                    "--upstream",
+                    "10.0.0.1:9470",
+                    "--secret",
+                    secret.c_str(),
+                    "--ingest-threads",
+                    "4",
+                    "--max-series",
+                    "5000",
+                    "--pid",
+                    "1",
+                    "--pid",
+                    "2",
+                    "--cgroup",
+                    "/sys/fs/cgroup",
+                    "--all",
+                    "--log-level",
+                    "debug",
+                    "--rcvbuf",
+                    "8192"},
                    c, err))
       << err;
   EXPECT_EQ(c.listen.str(), "0.0.0.0:1");
@@ -75,11 +100,13 @@ TEST(ConfigTest, ErrorsNameTheKey) {
   std::ofstream(path) << R"({"max_series": "lots"})";
   EXPECT_FALSE(load({"--config", path.c_str()}, c, err));
   EXPECT_NE(err.find("\"max_series\""), std::string::npos) << err;
-  EXPECT_FALSE(load({"--config", "/nonexistent.json"}, c, err));
+  // Paths under a directory this test never creates (a fixed /nonexistent can exist).
+  std::string missing = ::testing::TempDir() + "/bpftrain-config-test-missing/x";
+  EXPECT_FALSE(load({"--config", missing.c_str()}, c, err));
   EXPECT_NE(err.find("--config"), std::string::npos) << err;
   EXPECT_FALSE(load({"--upstream", "10.0.0.1:0"}, c, err));
   EXPECT_NE(err.find("--upstream"), std::string::npos) << err;
-  EXPECT_FALSE(load({"--secret", "/nonexistent"}, c, err));
+  EXPECT_FALSE(load({"--secret", missing.c_str()}, c, err));
   EXPECT_NE(err.find("--secret"), std::string::npos) << err;
   EXPECT_FALSE(load({"--no-bpf=maybe"}, c, err));
   EXPECT_NE(err.find("--no-bpf"), std::string::npos) << err;

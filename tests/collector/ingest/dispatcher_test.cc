@@ -53,9 +53,10 @@ class DispatcherTest : public ::testing::Test {
 
 TEST_F(DispatcherTest, BinarySamplesBecomeLabelledSeries) {
   send(hello(7, 0, "digits", 3));
-  send(samplesFrame(7, 1, {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.25},
-                      {MetricId::kAllreduceBytes, SampleType::kCounter, 0, 5, 4096},
-                      {MetricId::kLoss, SampleType::kGauge, 0, 9, 1.5}}));
+  send(samplesFrame(7, 1,
+                    {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.25},
+                     {MetricId::kAllreduceBytes, SampleType::kCounter, 0, 5, 4096},
+                     {MetricId::kLoss, SampleType::kGauge, 0, 9, 1.5}}));
   FakeSeries step = store_.get("bpftrain_step_seconds{job=digits,rank=3}");
   EXPECT_EQ(step.kind, window::SeriesKind::kDistribution);
   EXPECT_EQ(step.values, std::vector<double>{0.25});
@@ -67,7 +68,9 @@ TEST_F(DispatcherTest, BinarySamplesBecomeLabelledSeries) {
 }
 
 TEST_F(DispatcherTest, SamplesBeforeHelloAreDroppedAndCounted) {
-  send(samplesFrame(9, 1, {{MetricId::kLoss, SampleType::kGauge, 0, 0, 1}, {MetricId::kStep, SampleType::kGauge, 0, 0, 1}}));
+  send(samplesFrame(9, 1,
+                    {{MetricId::kLoss, SampleType::kGauge, 0, 0, 1},
+                     {MetricId::kStep, SampleType::kGauge, 0, 0, 1}}));
   EXPECT_EQ(dropped(DropReason::kUnknownSender), 2u);
   EXPECT_EQ(store_.seriesCount(), 0u);
   send(hello(9, 2, "j", 0));
@@ -84,7 +87,7 @@ TEST_F(DispatcherTest, SequenceGapsCountAsLost) {
   send(samplesFrame(5, 4, rec));   // duplicate
   send(samplesFrame(5, 10, rec));  // 5..9 missing
   EXPECT_EQ(stats_.samples_lost.load(), 2u + 5u);
-  send(samplesFrame(5, 0, rec));   // late frames from before the gap are not counted again
+  send(samplesFrame(5, 0, rec));  // late frames from before the gap are not counted again
   send(samplesFrame(5, 1, rec));
   EXPECT_EQ(stats_.samples_lost.load(), 7u);
 }
@@ -99,8 +102,9 @@ TEST_F(DispatcherTest, SeveralFramesPerDatagram) {
 
 TEST_F(DispatcherTest, TopologyAndPinningInfoFollowTheCurrentValue) {
   send(hello(2, 0, "j", 0));
-  send(samplesFrame(2, 1, {{MetricId::kTopology, SampleType::kGauge, 0, 0, 0},
-                      {MetricId::kPinning, SampleType::kGauge, 0, 0, 3}}));
+  send(samplesFrame(2, 1,
+                    {{MetricId::kTopology, SampleType::kGauge, 0, 0, 0},
+                     {MetricId::kPinning, SampleType::kGauge, 0, 0, 3}}));
   send(samplesFrame(2, 2, {{MetricId::kTopology, SampleType::kGauge, 0, 0, 2}}));
   EXPECT_EQ(store_.get("bpftrain_topology_info{job=j,rank=0,topology=ring}").values,
             (std::vector<double>{1, 0}));
@@ -122,10 +126,11 @@ TEST_F(DispatcherTest, BadBinaryInputIsCountedByReason) {
   truncated.resize(good.size() - 3);
   auto overrun = good;
   overrun[20] = 200;  // record count far beyond the body
-  auto nan = samplesFrame(3, 2, {{MetricId::kStep, SampleType::kGauge, 0, 0,
-                             std::numeric_limits<double>::quiet_NaN()}});
-  auto inf = samplesFrame(3, 3, {{MetricId::kStep, SampleType::kGauge, 0, 0,
-                             std::numeric_limits<double>::infinity()}});
+  auto nan = samplesFrame(
+      3, 2,
+      {{MetricId::kStep, SampleType::kGauge, 0, 0, std::numeric_limits<double>::quiet_NaN()}});
+  auto inf = samplesFrame(
+      3, 3, {{MetricId::kStep, SampleType::kGauge, 0, 0, std::numeric_limits<double>::infinity()}});
   auto unknown_metric = good;
   unknown_metric[32] = 0xee;
   auto oversized = good;
@@ -158,8 +163,9 @@ TEST_F(DispatcherTest, ControlAndSummaryFramesWithoutHandlerAreDropped) {
 }
 
 TEST_F(DispatcherTest, StatsdLinesMapLikeStatsdExporter) {
-  send("api.requests:2|c|@0.5\napi.requests_total:1|c\nlat-ms:250|ms|#route:/x,code:200\n"
-       "q:7|g\nq:+3|g\nq:-1|g\nsize:42|h\n");
+  send(
+      "api.requests:2|c|@0.5\napi.requests_total:1|c\nlat-ms:250|ms|#route:/x,code:200\n"
+      "q:7|g\nq:+3|g\nq:-1|g\nsize:42|h\n");
   FakeSeries req = store_.get("api_requests{}");
   EXPECT_EQ(req.kind, window::SeriesKind::kCounter);
   EXPECT_EQ(req.values, (std::vector<double>{4, 1}));  // 2 at @0.5 counts 4; _total not doubled
@@ -234,10 +240,11 @@ TEST(DispatcherFuzz, HundredThousandBadDatagramsThenExactValidTraffic) {
   std::mt19937_64 rng(20261201);
   std::vector<std::vector<uint8_t>> seeds;
   seeds.push_back(hello(1, 0, "fuzz", 0));
-  seeds.push_back(samplesFrame(1, 1, {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.5},
-                                 {MetricId::kLoss, SampleType::kGauge, 0, 0, 2}}));
-  for (std::string_view s : {"fuzz.a:1|c|@0.5|#k:v,k2:v2\nfuzz.b:2.5|ms\n", "fuzz.g:+1|g",
-                             "fuzz.h:3|h|#x:y"})
+  seeds.push_back(samplesFrame(1, 1,
+                               {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.5},
+                                {MetricId::kLoss, SampleType::kGauge, 0, 0, 2}}));
+  for (std::string_view s :
+       {"fuzz.a:1|c|@0.5|#k:v,k2:v2\nfuzz.b:2.5|ms\n", "fuzz.g:+1|g", "fuzz.h:3|h|#x:y"})
     seeds.emplace_back(s.begin(), s.end());
   std::vector<uint8_t> dg;
   for (int i = 0; i < 100'000; ++i) {
@@ -264,8 +271,10 @@ TEST(DispatcherFuzz, HundredThousandBadDatagramsThenExactValidTraffic) {
   for (int i = 0; i < 1000; ++i) {
     d.handleDatagram(hello(1000 + i % 10, uint32_t(i), "valid", uint32_t(i % 10)), 2);
     d.handleDatagram(samplesFrame(1000 + i % 10, 100000 + uint32_t(i),
-                             {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.001 * i}}), 2);
-    text = "valid.count:1|c|#w:" + std::to_string(i % 7) + "\nvalid.ms:" + std::to_string(i) + "|ms";
+                                  {{MetricId::kStepSeconds, SampleType::kTimer, 0, 0, 0.001 * i}}),
+                     2);
+    text =
+        "valid.count:1|c|#w:" + std::to_string(i % 7) + "\nvalid.ms:" + std::to_string(i) + "|ms";
     d.handleDatagram(bytes(text), 2);
   }
   for (int r = 0; r < 10; ++r) {

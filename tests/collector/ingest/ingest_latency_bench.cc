@@ -9,8 +9,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,10 +58,14 @@ int main(int argc, char** argv) {
   std::string loadgen = std::string(build ? build : ".") + "/collector/app/bpftrain-loadgen";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--workers") workers = std::atoi(argv[i + 1]);
-    else if (a == "--hz") hz = std::atof(argv[i + 1]);
-    else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
-    else if (a == "--loadgen") loadgen = argv[i + 1];
+    if (a == "--workers")
+      workers = std::atoi(argv[i + 1]);
+    else if (a == "--hz")
+      hz = std::atof(argv[i + 1]);
+    else if (a == "--seconds")
+      seconds = std::atof(argv[i + 1]);
+    else if (a == "--loadgen")
+      loadgen = argv[i + 1];
   }
 
   window::WindowConfig wc;
@@ -115,8 +118,11 @@ int main(int argc, char** argv) {
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
-      if (seen) latencies_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      else ++probe_timeouts;
+      if (seen)
+        latencies_us.push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      else
+        ++probe_timeouts;
       ++v;
       std::this_thread::sleep_until(t0 + std::chrono::milliseconds(5));
     }
@@ -165,14 +171,18 @@ int main(int argc, char** argv) {
               workers, hz, seconds);
   std::printf("  %-34s %12s\n", "samples sent (loadgen)", std::to_string(want).c_str());
   std::printf("  %-34s %12s\n", "samples counted", std::to_string(got).c_str());
-  std::printf("  %-34s %12s\n", "lost (sent - counted)", std::to_string(int64_t(want - got)).c_str());
-  std::printf("  %-34s %12s\n", "kernel drops (SO_RXQ_OVFL)", std::to_string(t.kernel_drops).c_str());
+  std::printf("  %-34s %12s\n", "lost (sent - counted)",
+              std::to_string(int64_t(want - got)).c_str());
+  std::printf("  %-34s %12s\n", "kernel drops (SO_RXQ_OVFL)",
+              std::to_string(t.kernel_drops).c_str());
   std::printf("  %-34s %12s\n", "sequence gaps", std::to_string(t.samples_lost).c_str());
   std::printf("  %-34s %12zu\n", "latency probes", latencies_us.size());
   std::printf("  %-34s %12.1f\n", "arrival->visible p50 (us)", pct(0.5));
   std::printf("  %-34s %12.1f\n", "arrival->visible p99 (us)", pct(0.99));
-  std::printf("  %-34s %12.1f\n", "arrival->visible max (us)", latencies_us.empty() ? 0.0 : latencies_us.back());
-  std::printf("  %-34s %12llu\n", "probes not visible within 1 s", (unsigned long long)probe_timeouts);
+  std::printf("  %-34s %12.1f\n", "arrival->visible max (us)",
+              latencies_us.empty() ? 0.0 : latencies_us.back());
+  std::printf("  %-34s %12llu\n", "probes not visible within 1 s",
+              (unsigned long long)probe_timeouts);
   uint64_t slices = sched1.slices - sched0.slices;
   double wait_ms = double(sched1.wait_ns - sched0.wait_ns) / 1e6;
   std::printf("  %-34s %12.1f\n", "ingest threads on CPU (% of a core)",
@@ -187,9 +197,15 @@ int main(int argc, char** argv) {
     std::fclose(la);
   }
   std::printf("; waits for a CPU are the machine's other load, not ingest work)\n");
-  nlohmann::json j = {{"workers", workers}, {"hz", hz}, {"sent", want}, {"counted", got},
-                      {"kernel_drops", t.kernel_drops}, {"p50_us", pct(0.5)}, {"p99_us", pct(0.99)},
-                      {"probes", latencies_us.size()}, {"probe_timeouts", probe_timeouts},
+  nlohmann::json j = {{"workers", workers},
+                      {"hz", hz},
+                      {"sent", want},
+                      {"counted", got},
+                      {"kernel_drops", t.kernel_drops},
+                      {"p50_us", pct(0.5)},
+                      {"p99_us", pct(0.99)},
+                      {"probes", latencies_us.size()},
+                      {"probe_timeouts", probe_timeouts},
                       {"runqueue_wait_ms", wait_ms},
                       {"loadgen_samples_per_second", sent["samples_per_second"]}};
   std::printf("%s\n", j.dump().c_str());

@@ -103,7 +103,7 @@ TEST(StatsdName, StatsdExporterMapping) {
   EXPECT_EQ(mapped("api.request-count"), "api_request_count");
   EXPECT_EQ(mapped("Foo_Bar9"), "Foo_Bar9");
   EXPECT_EQ(mapped("9lives"), "_9lives");
-  EXPECT_EQ(mapped("bad name"), "");   // invalid characters: rejected and counted
+  EXPECT_EQ(mapped("bad name"), "");  // invalid characters: rejected and counted
   EXPECT_EQ(mapped("bad/name"), "");
   EXPECT_EQ(mapped("caf\xc3\xa9"), "");
   EXPECT_EQ(mapped(""), "");
@@ -136,7 +136,8 @@ TEST(StatsdParse, DecimalFastPathMatchesFromChars) {
 TEST(KeyTableTest, FindsEveryKeyAcrossGrowthAndClear) {
   KeyTable<int> t(16);
   std::vector<std::string> keys;
-  for (int i = 0; i < 5000; ++i) keys.push_back("0|key." + std::to_string(i) + "|tag:" + std::to_string(i % 7));
+  for (int i = 0; i < 5000; ++i)
+    keys.push_back("0|key." + std::to_string(i) + "|tag:" + std::to_string(i % 7));
   for (int i = 0; i < 5000; ++i) {
     ASSERT_EQ(t.find(keys[i]), nullptr);
     t.insert(keys[i], hashKey(keys[i]), i);

@@ -1,11 +1,10 @@
 #include "collector/ingest/udp_ingest.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <functional>
@@ -18,7 +17,8 @@ namespace {
 
 using testing::FakeStore;
 
-bool waitFor(const std::function<bool()>& cond, std::chrono::seconds limit = std::chrono::seconds(10)) {
+bool waitFor(const std::function<bool()>& cond,
+             std::chrono::seconds limit = std::chrono::seconds(10)) {
   auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     if (cond()) return true;
@@ -70,8 +70,9 @@ TEST(UdpIngestTest, PortZeroSharedByAllSocketsAndEveryDatagramCounted) {
     Sender tx(in->port());
     for (int i = 0; i < kPer; ++i) tx.send("udp.test:1|c\nudp.ms:" + std::to_string(i) + "|ms");
   }
-  ASSERT_TRUE(waitFor([&] { return totals(*in).samples[size_t(Protocol::kStatsd)] == 2 * kSenders * kPer; }))
-      << totals(*in).samples[size_t(Protocol::kStatsd)];
+  ASSERT_TRUE(waitFor([&] {
+    return totals(*in).samples[size_t(Protocol::kStatsd)] == 2 * kSenders * kPer;
+  })) << totals(*in).samples[size_t(Protocol::kStatsd)];
   EXPECT_EQ(store.get("udp_test{}").sum(), double(kSenders * kPer));
   EXPECT_EQ(totals(*in).kernel_drops, 0u);
   int busy = 0;
@@ -129,7 +130,8 @@ TEST(UdpIngestTest, KernelDropsAreCountedExactly) {
     ++sent;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return false;
-  })) << totals(*in).datagrams << " + " << totals(*in).kernel_drops << " != " << sent;
+  })) << totals(*in).datagrams
+      << " + " << totals(*in).kernel_drops << " != " << sent;
   EXPECT_GT(totals(*in).kernel_drops, 0u);
   EXPECT_EQ(store.get("drop_test{}").sum(), double(totals(*in).samples[size_t(Protocol::kStatsd)]));
 }
