@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -232,8 +233,7 @@ TEST(SenderRegistryTest, HelloRegistersAndVersionTracksChanges) {
 
 // Issue 2, bad input: 100,000 random and mutated datagrams, then valid traffic that must be
 // aggregated exactly, with nothing crashing on the way.
-TEST(DispatcherFuzz, HundredThousandBadDatagramsThenExactValidTraffic) {
-  FakeStore store;
+void fuzzThenValid(window::SeriesStore& store, const std::function<void()>& check) {
   SenderRegistry registry;
   IngestStats stats;
   Dispatcher d(store, registry, stats, 0);
@@ -277,18 +277,53 @@ TEST(DispatcherFuzz, HundredThousandBadDatagramsThenExactValidTraffic) {
         "valid.count:1|c|#w:" + std::to_string(i % 7) + "\nvalid.ms:" + std::to_string(i) + "|ms";
     d.handleDatagram(bytes(text), 2);
   }
-  for (int r = 0; r < 10; ++r) {
-    FakeSeries s = store.get("bpftrain_step_seconds{job=valid,rank=" + std::to_string(r) + "}");
-    ASSERT_EQ(s.values.size(), 100u) << r;
-    for (int k = 0; k < 100; ++k) EXPECT_DOUBLE_EQ(s.values[k], 0.001 * (r + 10 * k));
-  }
-  uint64_t counted = 0;
-  for (int w = 0; w < 7; ++w)
-    counted += uint64_t(store.get("valid_count{w=" + std::to_string(w) + "}").sum());
-  EXPECT_EQ(counted, 1000u);
-  FakeSeries ms = store.get("valid_ms{}");
-  ASSERT_EQ(ms.values.size(), 1000u);
-  EXPECT_DOUBLE_EQ(ms.sum(), 499.5);  // sum of 0..999 ms in seconds
+  check();
+}
+
+TEST(DispatcherFuzz, HundredThousandBadDatagramsThenExactValidTraffic) {
+  FakeStore store;
+  fuzzThenValid(store, [&] {
+    for (int r = 0; r < 10; ++r) {
+      FakeSeries s = store.get("bpftrain_step_seconds{job=valid,rank=" + std::to_string(r) + "}");
+      ASSERT_EQ(s.values.size(), 100u) << r;
+      for (int k = 0; k < 100; ++k) EXPECT_DOUBLE_EQ(s.values[k], 0.001 * (r + 10 * k));
+    }
+    uint64_t counted = 0;
+    for (int w = 0; w < 7; ++w)
+      counted += uint64_t(store.get("valid_count{w=" + std::to_string(w) + "}").sum());
+    EXPECT_EQ(counted, 1000u);
+    FakeSeries ms = store.get("valid_ms{}");
+    ASSERT_EQ(ms.values.size(), 1000u);
+    EXPECT_DOUBLE_EQ(ms.sum(), 499.5);  // sum of 0..999 ms in seconds
+  });
+}
+
+// The same through the real window store: counts, sums and counter totals exact in a snapshot.
+TEST(DispatcherFuzz, RealStoreAggregatesValidTrafficExactly) {
+  window::WindowConfig wc;
+  auto store = window::SeriesStore::create(wc);
+  fuzzThenValid(*store, [&] {
+    uint64_t step_count = 0, counter_total = 0, ms_count = 0;
+    double step_sum = 0, ms_sum = 0;
+    for (const auto& s : store->snapshot(3)) {
+      bool valid_job = false;
+      for (const auto& [k, v] : s.labels) valid_job |= k == "job" && v == "valid";
+      if (s.name == "bpftrain_step_seconds" && valid_job) {
+        step_count += s.count;
+        step_sum += s.sum;
+      }
+      if (s.name == "valid_count") counter_total += uint64_t(s.total);
+      if (s.name == "valid_ms") {
+        ms_count += s.count;
+        ms_sum += s.sum;
+      }
+    }
+    EXPECT_EQ(step_count, 1000u);
+    EXPECT_NEAR(step_sum, 0.001 * 999 * 1000 / 2, 1e-9);
+    EXPECT_EQ(counter_total, 1000u);
+    EXPECT_EQ(ms_count, 1000u);
+    EXPECT_NEAR(ms_sum, 499.5, 1e-9);
+  });
 }
 
 }  // namespace
