@@ -1,0 +1,150 @@
+// Smoke test of tools/demo, the main job (e2e): a ~30 s scenario in netlab as root (collector with
+// probes and the controller, 4-rank adaptive training, summary), and the degraded mode of a user
+// without root (loopback, no probes). Both must finish with every rank's parameters identical,
+// print the summary's parts, and leave no process, namespace or netlab state behind.
+#include <gtest/gtest.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "tests/tools/netlab_util.h"
+
+namespace bpftrain::tools::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string buildDir() {
+  const char* b = std::getenv("BPFTRAIN_BUILD_DIR");
+  return b != nullptr ? b : ".";
+}
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Processes still running one of the demo's binaries for job "demo" (argv split on NULs).
+std::vector<std::string> leftoverDemoProcesses() {
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = readFile(e.path() / "cmdline");
+    const bool ours = cmd.find("bpftrain-collector") != std::string::npos ||
+                      cmd.find("bpftrain-train") != std::string::npos;
+    if (ours && cmd.find(std::string("--job\0demo\0", 11)) != std::string::npos) {
+      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+      left.push_back(pid + ": " + cmd);
+    }
+  }
+  return left;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() /
+           ("demo-test-" + std::to_string(getpid()) + "-" + std::to_string(rd() % 100000));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void expectSummary(const std::string& out) {
+  EXPECT_NE(out.find("== bpftrain demo summary"), std::string::npos) << out;
+  EXPECT_TRUE(
+      std::regex_search(out, std::regex(R"(test accuracy \(rank 0.*\): 0\.\d+ after \d+ steps)")))
+      << out;
+  EXPECT_NE(out.find("parameters: identical on all 4 ranks"), std::string::npos) << out;
+  EXPECT_NE(out.find("samples/s per phase"), std::string::npos) << out;
+  EXPECT_NE(out.find("/metrics was at http://"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED"), std::string::npos) << out;
+}
+
+TEST(Demo, NetlabScenarioWithProbesAndController) {
+  if (geteuid() != 0)
+    GTEST_SKIP() << "needs root (netlab namespaces, tc, BPF): the loopback case covers non-root";
+  if (runCommand({"jq", "--version"}).status != 0) GTEST_SKIP() << "jq missing: run tools/setup";
+  TempDir dir;
+  const fs::path scenario = dir.path / "scenario.json";
+  // 12 s clear (start-up takes 4-10 s of it on a loaded machine), 14 s of intra-host TCP
+  // congestion (the controller's rules switch to hierarchical in ~1-3 s), 8 s clear again.
+  std::ofstream(scenario) << R"({"name": "demo-smoke", "hosts": 2, "end": 34, "phases": [
+      {"at": 0, "name": "clear"},
+      {"at": 12, "name": "congested", "shape": [{"host": "all", "link": "lo", "rate": "500mbit"}]},
+      {"at": 26, "name": "clear-again", "shape": [{"host": "all", "link": "lo", "rate": "off"}]}]})";
+  const fs::path results = dir.path / "results";
+  CommandResult r =
+      runCommand({"env", "BUILD_DIR=" + buildDir(), "DEMO_SCENARIO=" + scenario.string(),
+                  "DEMO_OUT=" + results.string(), sourceDir() + "/tools/demo"},
+                 170s);
+  EXPECT_EQ(r.status, 0) << r.out;
+  expectSummary(r.out);
+  // Every phase has a row; the congested one has measured rates and ran hierarchical (the
+  // controller moved the ranks there, in that phase or earlier).
+  for (const char* phase : {"clear", "congested", "clear-again"})
+    EXPECT_TRUE(
+        std::regex_search(r.out, std::regex(std::string("\n  ") + phase + R"( +\d+\.\.\d+ )")))
+        << "no row for phase " << phase << "\n"
+        << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\n  congested +\d+\.\.\d+ +\d+ +\d+  .*hierarchical)")))
+      << r.out;
+  EXPECT_NE(r.out.find("controller decisions ("), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(results / "decisions.jsonl"));
+  // Probes were loaded (as root on this kernel): at least one is up.
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  up: \S+)"))) << r.out;
+  // The metrics samples hold the series the summary is built from.
+  const std::string samples = readFile(results / "metrics.samples");
+  for (const char* series : {"bpftrain_samples_per_second{", "bpftrain_topology_info{",
+                             "bpftrain_config_epoch{", "bpftrain_probe_up{"})
+    EXPECT_NE(samples.find(series), std::string::npos) << series;
+
+  // Nothing left: the lab's namespaces and state, and the demo's processes.
+  std::smatch m;
+  const std::string netlab_log = readFile(results / "netlab.log");
+  ASSERT_TRUE(std::regex_search(netlab_log, m, std::regex(R"(prefix (\S+),)"))) << netlab_log;
+  const std::string prefix = m[1];
+  EXPECT_FALSE(fs::exists("/run/bpftrain-netlab/" + prefix));
+  EXPECT_EQ(namespacesWithPrefix(prefix), std::vector<std::string>{});
+  EXPECT_EQ(leftoverDemoProcesses(), std::vector<std::string>{});
+}
+
+TEST(Demo, WithoutRootRunsOnLoopbackWithoutProbes) {
+  TempDir dir;
+  const fs::path results = dir.path / "results";
+  std::vector<std::string> argv{"env",
+                                "BUILD_DIR=" + buildDir(),
+                                "DEMO_NO_BUILD=1",
+                                "DEMO_SECONDS=15",
+                                "DEMO_OUT=" + results.string(),
+                                sourceDir() + "/tools/demo"};
+  if (geteuid() == 0) {
+    // Run it as nobody, as a user without root would.
+    if (runCommand({"runuser", "-u", "nobody", "--", "true"}).status != 0)
+      GTEST_SKIP() << "cannot run as nobody (runuser): the degraded mode needs a non-root user";
+    fs::permissions(dir.path, fs::perms::all);
+    argv.insert(argv.begin(), {"runuser", "-u", "nobody", "--"});
+  }
+  CommandResult r = runCommand(argv, 90s);
+  EXPECT_EQ(r.status, 0) << r.out;
+  expectSummary(r.out);
+  EXPECT_NE(r.out.find("netlab: off (not root"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("probes: off (not root"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  loopback +\d+\.\.\d+ +\d+ )"))) << r.out;
+  EXPECT_EQ(leftoverDemoProcesses(), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace bpftrain::tools::testing
