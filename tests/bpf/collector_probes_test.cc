@@ -11,7 +11,7 @@
 
 #include "common/wire_format.h"
 #include "tests/bpf/workloads.h"
-#include "tests/collector/app/child_process.h"
+#include "tests/support/collector_process.h"
 
 namespace bpftrain {
 namespace {
@@ -20,40 +20,15 @@ using namespace std::chrono_literals;
 using Metrics = std::map<std::string, double>;
 using tests::bpf::Child;
 
-struct Collector {
-  std::unique_ptr<testing::ChildProcess> proc;
-  int udp_port = 0, metrics_port = 0;
-
-  explicit Collector(std::vector<std::string> extra) {
-    std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-collector"),
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--metrics",
-                                     "127.0.0.1:0",
-                                     "--window",
-                                     "60s",
-                                     "--step",
-                                     "200ms"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    proc = std::make_unique<testing::ChildProcess>(argv);
-    auto m = proc->waitLine(std::regex("udp=[0-9.]+:([0-9]+) metrics=[0-9.]+:([0-9]+)"), 30s);
-    if (m) {
-      udp_port = std::stoi((*m)[1]);
-      metrics_port = std::stoi((*m)[2]);
-    }
-  }
-  Metrics scrape() const {
-    return testing::parseMetrics(testing::httpGet("127.0.0.1", metrics_port));
-  }
-  Metrics scrapeUntil(const std::function<bool(const Metrics&)>& pred,
-                      std::chrono::seconds limit) const {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    Metrics m = scrape();
-    while (!pred(m) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(50ms);
-      m = scrape();
-    }
-    return m;
+// BPF on, loopback port 0, 60 s window in 200 ms steps; `extra` comes last.
+struct Collector : testing::CollectorProcess {
+  explicit Collector(std::vector<std::string> extra)
+      : CollectorProcess(withDefaults(std::move(extra)), 30s) {}
+  static std::vector<std::string> withDefaults(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                                     "--window", "60s",         "--step",    "200ms"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
   }
 };
 
@@ -84,11 +59,11 @@ TEST_F(CollectorProbesTest, ManualPidMigrationsAndFaultsThroughMetrics) {
       [] { return tests::bpf::migrateSelf(kMoves) + tests::bpf::touchFreshPages(kPages); });
   ASSERT_TRUE(target.ready(5s));
   Collector c({"--pid", std::to_string(target.pid())});
-  ASSERT_GT(c.metrics_port, 0) << c.proc->stderrText();
+  ASSERT_GT(c.metrics_port, 0) << c.proc->err;
   // probe_up appears after the first poll, which is also when the --pid target is installed.
   auto m = c.scrapeUntil(
       [](const Metrics& s) { return get(s, "bpftrain_probe_up{probe=\"migrations\"}") == 1; }, 30s);
-  ASSERT_EQ(get(m, "bpftrain_probe_up{probe=\"migrations\"}"), 1) << c.proc->stderrText();
+  ASSERT_EQ(get(m, "bpftrain_probe_up{probe=\"migrations\"}"), 1) << c.proc->err;
   target.go();
   int64_t done = 0;
   ASSERT_TRUE(target.result(done, 30s));
@@ -111,13 +86,13 @@ TEST_F(CollectorProbesTest, ManualPidMigrationsAndFaultsThroughMetrics) {
   }
   EXPECT_GT(get(m, "bpftrain_probe_events_total{probe=\"page_faults\"}"), 0);
   for (const auto& [k, v] : m) EXPECT_EQ(k.find("pid="), std::string::npos) << k;
-  EXPECT_NE(c.proc->stderrText().find("dtlb_misses"), std::string::npos)
+  EXPECT_NE(c.proc->err.find("dtlb_misses"), std::string::npos)
       << "the collector should log why the PMU probe is down";
 }
 
 TEST_F(CollectorProbesTest, RankFromHelloIsTargetedWithJobAndRankLabels) {
   Collector c({});
-  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
   const int port = c.udp_port;
   // The child announces itself as rank 3 of job "probetest" (pid = its own), then keeps faulting
   // fresh pages until killed: it is counted once the collector has targeted it.
@@ -146,7 +121,7 @@ TEST_F(CollectorProbesTest, RankFromHelloIsTargetedWithJobAndRankLabels) {
   rank.go();
   const std::string key = "bpftrain_page_faults_total{job=\"probetest\",rank=\"3\"}";
   auto m = c.scrapeUntil([&](const Metrics& s) { return get(s, key) >= 64; }, 30s);
-  EXPECT_GE(get(m, key), 64) << c.proc->stderrText();
+  EXPECT_GE(get(m, key), 64) << c.proc->err;
 }
 
 }  // namespace

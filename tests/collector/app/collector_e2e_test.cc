@@ -11,7 +11,8 @@
 #include <thread>
 
 #include "common/wire_format.h"
-#include "tests/collector/app/child_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/collector_process.h"
 
 namespace bpftrain {
 namespace {
@@ -19,45 +20,16 @@ namespace {
 using namespace std::chrono_literals;
 using testing::ChildProcess;
 
-struct Collector {
-  std::unique_ptr<ChildProcess> proc;
-  std::string host = "127.0.0.1";
-  int udp_port = 0;
-  int metrics_port = 0;
-
-  explicit Collector(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {testing::buildPath("collector/app/bpftrain-collector"),
-                                     "--no-bpf",
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--metrics",
-                                     "127.0.0.1:0",
-                                     "--window",
-                                     "60s",
-                                     "--step",
-                                     "1s"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    proc = std::make_unique<ChildProcess>(argv);
-    auto m = proc->waitLine(std::regex("udp=[0-9.]+:([0-9]+) metrics=[0-9.]+:([0-9]+)"), 20s);
-    if (m) {
-      udp_port = std::stoi((*m)[1]);
-      metrics_port = std::stoi((*m)[2]);
-    }
-  }
-  std::map<std::string, double> scrape() const {
-    return testing::parseMetrics(testing::httpGet(host, metrics_port));
-  }
-  // Polls /metrics until pred holds or the deadline passes; returns the last scrape.
-  std::map<std::string, double> scrapeUntil(
-      const std::function<bool(const std::map<std::string, double>&)>& pred,
-      std::chrono::seconds limit = 20s) const {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    std::map<std::string, double> m = scrape();
-    while (!pred(m) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(50ms);
-      m = scrape();
-    }
-    return m;
+// The e2e defaults: no BPF, loopback port 0, 60 s window in 1 s steps; `extra` comes last.
+struct Collector : testing::CollectorProcess {
+  explicit Collector(std::vector<std::string> extra = {})
+      : CollectorProcess(withDefaults(std::move(extra)), 20s) {}
+  static std::vector<std::string> withDefaults(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--no-bpf",  "--listen",    "127.0.0.1:0",
+                                     "--metrics", "127.0.0.1:0", "--window",
+                                     "60s",       "--step",      "1s"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
   }
 };
 
@@ -67,7 +39,7 @@ nlohmann::json runLoadgen(int udp_port, std::vector<std::string> args) {
   argv.insert(argv.end(), args.begin(), args.end());
   ChildProcess lg(argv);
   auto line = lg.waitLine(std::regex("^\\{.*\\}$"), 60s);
-  EXPECT_EQ(lg.wait(10s), 0) << lg.stderrText();
+  EXPECT_EQ(lg.exitCode(10s), 0) << lg.err;
   if (!line) return {};
   return nlohmann::json::parse((*line)[0].str());
 }
@@ -86,7 +58,7 @@ double get(const std::map<std::string, double>& m, const std::string& k) {
 
 TEST(CollectorE2E, BinaryFramesAggregatedExactly) {
   Collector c;
-  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
   auto sent = runLoadgen(c.udp_port, {"--workers", "8", "--hz", "100", "--duration", "1.5"});
   ASSERT_FALSE(sent.is_null());
   uint64_t samples = sent["samples"];
@@ -113,7 +85,7 @@ TEST(CollectorE2E, BinaryFramesAggregatedExactly) {
 
 TEST(CollectorE2E, StatsdLinesAggregatedExactly) {
   Collector c;
-  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
   auto sent = runLoadgen(c.udp_port, {"--protocol", "statsd", "--rate", "200000", "--workers", "16",
                                       "--duration", "1"});
   ASSERT_FALSE(sent.is_null());
@@ -132,7 +104,7 @@ TEST(CollectorE2E, StatsdLinesAggregatedExactly) {
 
 TEST(CollectorE2E, GarbageIsCountedAndValidTrafficStillExact) {
   Collector c;
-  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -162,21 +134,21 @@ TEST(CollectorE2E, GarbageIsCountedAndValidTrafficStillExact) {
 
 TEST(CollectorE2E, SigtermStopsPromptlyWithStatusZero) {
   Collector c;
-  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
   ASSERT_EQ(kill(c.proc->pid(), SIGTERM), 0);
-  EXPECT_EQ(c.proc->wait(5s), 0) << c.proc->stderrText();
-  EXPECT_NE(c.proc->stderrText().find("stopped"), std::string::npos);
+  EXPECT_EQ(c.proc->exitCode(5s), 0) << c.proc->err;
+  EXPECT_NE(c.proc->err.find("stopped"), std::string::npos);
 }
 
 TEST(CollectorE2E, SighupReloadsTheConfigFile) {
   std::string path = ::testing::TempDir() + "/collector_reload.json";
   std::ofstream(path) << R"({"log_level": "info", "max_series": 1000})";
   Collector c({"--config", path});
-  ASSERT_GT(c.udp_port, 0) << c.proc->stderrText();
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
   std::ofstream(path) << R"({"log_level": "debug", "max_series": 2000})";
   ASSERT_EQ(kill(c.proc->pid(), SIGHUP), 0);
   auto line = c.proc->waitLine(std::regex("SIGHUP: reloaded .*"), 10s, true);
-  ASSERT_TRUE(line) << c.proc->stderrText();
+  ASSERT_TRUE(line) << c.proc->err;
   EXPECT_NE((*line)[0].str().find("applied: log_level"), std::string::npos) << (*line)[0];
   EXPECT_NE((*line)[0].str().find("needs a restart: max_series"), std::string::npos) << (*line)[0];
   auto m = c.scrapeUntil(
@@ -185,10 +157,9 @@ TEST(CollectorE2E, SighupReloadsTheConfigFile) {
   // A broken file is reported and the collector keeps running on the old config.
   std::ofstream(path) << R"({"log_level": "loud"})";
   ASSERT_EQ(kill(c.proc->pid(), SIGHUP), 0);
-  EXPECT_TRUE(c.proc->waitLine(std::regex("reload failed.*log_level"), 10s, true))
-      << c.proc->stderrText();
+  EXPECT_TRUE(c.proc->waitLine(std::regex("reload failed.*log_level"), 10s, true)) << c.proc->err;
   ASSERT_EQ(kill(c.proc->pid(), SIGTERM), 0);
-  EXPECT_EQ(c.proc->wait(5s), 0);
+  EXPECT_EQ(c.proc->exitCode(5s), 0);
   std::remove(path.c_str());
 }
 
@@ -222,8 +193,8 @@ TEST(CollectorE2E, ConfigMistakesExitTwoWithOneLineNamingTheKey) {
     }
     argv.insert(argv.end(), bc.flags.begin(), bc.flags.end());
     ChildProcess p(argv);
-    EXPECT_EQ(p.wait(10s), 2) << bc.must_name;
-    const std::string& err = p.stderrText();
+    EXPECT_EQ(p.exitCode(10s), 2) << bc.must_name;
+    const std::string& err = p.err;
     EXPECT_NE(err.find(bc.must_name), std::string::npos) << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   }
@@ -234,9 +205,8 @@ TEST(CollectorE2E, FlagsOverrideTheFile) {
   std::string path = ::testing::TempDir() + "/collector_override.json";
   std::ofstream(path) << R"({"window": "10s", "step": "2s", "listen": "127.0.0.1:1"})";
   Collector c({"--config", path, "--listen", "127.0.0.1:0", "--step", "1s", "--window", "60s"});
-  ASSERT_GT(c.udp_port, 1) << c.proc->stderrText();
-  EXPECT_NE(c.proc->stdoutText().find("window=60000ms step=1000ms"), std::string::npos)
-      << c.proc->stdoutText();
+  ASSERT_GT(c.udp_port, 1) << c.proc->err;
+  EXPECT_NE(c.proc->out.find("window=60000ms step=1000ms"), std::string::npos) << c.proc->out;
   std::remove(path.c_str());
 }
 
@@ -244,12 +214,12 @@ TEST(CollectorE2E, FlagsOverrideTheFile) {
 // parent's quantiles over the union stay within the sketch's 1% relative error of the exact ones.
 TEST(CollectorE2E, TwoChildrenMergeIntoParentWithinSketchBound) {
   Collector parent;
-  ASSERT_GT(parent.udp_port, 0) << parent.proc->stderrText();
+  ASSERT_GT(parent.udp_port, 0) << parent.proc->err;
   std::string up = "127.0.0.1:" + std::to_string(parent.udp_port);
   Collector child_a({"--upstream", up});
   Collector child_b({"--upstream", up});
-  ASSERT_GT(child_a.udp_port, 0) << child_a.proc->stderrText();
-  ASSERT_GT(child_b.udp_port, 0) << child_b.proc->stderrText();
+  ASSERT_GT(child_a.udp_port, 0) << child_a.proc->err;
+  ASSERT_GT(child_b.udp_port, 0) << child_b.proc->err;
 
   std::mt19937 rng(42);
   std::lognormal_distribution<double> slow(3.0, 0.6);  // ms, child a
@@ -276,7 +246,7 @@ TEST(CollectorE2E, TwoChildrenMergeIntoParentWithinSketchBound) {
   close(fd);
   const double n = double(all_seconds.size());
   auto m = parent.scrapeUntil([&](const auto& m) { return get(m, "hier_lat_count") >= n; }, 30s);
-  ASSERT_EQ(get(m, "hier_lat_count"), n) << parent.proc->stderrText();
+  ASSERT_EQ(get(m, "hier_lat_count"), n) << parent.proc->err;
   EXPECT_EQ(get(m, "hier_n_total"), n);
   std::sort(all_seconds.begin(), all_seconds.end());
   for (double q : {0.5, 0.9, 0.99}) {

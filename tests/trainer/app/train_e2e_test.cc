@@ -17,13 +17,13 @@
 #include "common/hmac.h"
 #include "common/training_config.h"
 #include "common/wire_format.h"
-#include "tests/trainer/app/subprocess.h"
+#include "tests/support/child_process.h"
 
 namespace bpftrain::trainer {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::Subprocess;
+using testing::ChildProcess;
 namespace fs = std::filesystem;
 
 const std::string kTrain = BPFTRAIN_TRAIN_BINARY;
@@ -73,7 +73,7 @@ std::map<int, std::map<uint64_t, uint64_t>> appliedSteps(const std::string& out)
 }
 
 TEST(TrainE2E, DefaultRunReachesTestAccuracy) {
-  Subprocess p(cmd({"--collector", "none"}));
+  ChildProcess p(cmd({"--collector", "none"}));
   ASSERT_EQ(p.exitCode(60s), 0) << p.err;
   EXPECT_GE(finalAccuracy(p.out), 0.95) << p.out;
 }
@@ -83,8 +83,8 @@ INSTANTIATE_TEST_SUITE_P(TrainE2E, SwitchPath, ::testing::Values("tail", "broadc
 
 // Through both ways a config word reaches the ranks: the allreduce tail and the broadcast.
 TEST_P(SwitchPath, RanksStayBitIdenticalAcrossRandomTopologyAndPinningSwitches) {
-  Subprocess p(cmd({"--ranks", "4", "--steps", "200", "--switch-every", "5", "--switch-seed", "11",
-                    "--node-of", "0,0,1,1", "--collector", "none", "--sync", GetParam()}));
+  ChildProcess p(cmd({"--ranks", "4", "--steps", "200", "--switch-every", "5", "--switch-seed",
+                      "11", "--node-of", "0,0,1,1", "--collector", "none", "--sync", GetParam()}));
   ASSERT_EQ(p.exitCode(90s), 0) << p.err;
   auto hashes = finalHashes(p.out);
   ASSERT_EQ(hashes.size(), 4u) << p.out;
@@ -103,8 +103,8 @@ TEST_P(SwitchPath, RanksStayBitIdenticalAcrossRandomTopologyAndPinningSwitches) 
 
 // --duration: rank 0's clock decides, every rank stops after the same step (same parameters).
 TEST(TrainE2E, DurationStopsEveryRankAfterTheSameStep) {
-  Subprocess p(cmd({"--ranks", "4", "--duration", "1.5", "--steps", "100000000", "--collector",
-                    "none", "--eval-every", "0"}));
+  ChildProcess p(cmd({"--ranks", "4", "--duration", "1.5", "--steps", "100000000", "--collector",
+                      "none", "--eval-every", "0"}));
   ASSERT_EQ(p.exitCode(60s), 0) << p.err;
   std::set<std::string> steps;
   std::regex re(R"(rank \d+: final step (\d+) )");
@@ -126,15 +126,16 @@ TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
     a.insert(a.end(), extra.begin(), extra.end());
     return cmd(a);
   };
-  Subprocess whole(with({"--steps", "120"}));
+  ChildProcess whole(with({"--steps", "120"}));
   ASSERT_EQ(whole.exitCode(60s), 0) << whole.err;
   std::string expected = finalHashes(whole.out)[0];
   ASSERT_FALSE(expected.empty());
 
   TempDir dir;
-  Subprocess first(with({"--steps", "80", "--checkpoint", dir.path(), "--checkpoint-every", "20"}));
+  ChildProcess first(
+      with({"--steps", "80", "--checkpoint", dir.path(), "--checkpoint-every", "20"}));
   ASSERT_EQ(first.exitCode(60s), 0) << first.err;
-  Subprocess resumed(
+  ChildProcess resumed(
       with({"--steps", "120", "--checkpoint", dir.path(), "--checkpoint-every", "20", "--resume"}));
   ASSERT_EQ(resumed.exitCode(60s), 0) << resumed.err;
   auto h = finalHashes(resumed.out);
@@ -151,7 +152,7 @@ TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
   }
   // And tear the one before it, as a crash mid-write would.
   fs::resize_file(dir.path() + "/ckpt-00000000000000000100.bin", 4096);
-  Subprocess again(
+  ChildProcess again(
       with({"--steps", "120", "--checkpoint", dir.path(), "--checkpoint-every", "20", "--resume"}));
   ASSERT_EQ(again.exitCode(60s), 0) << again.err;
   EXPECT_NE(again.err.find("skipping checkpoint"), std::string::npos) << again.err;
@@ -161,8 +162,8 @@ TEST(TrainE2E, CheckpointAndResumeEqualsUninterruptedRun) {
 }
 
 TEST(TrainE2E, KilledRankMakesLauncherStopOthersAndNameIt) {
-  Subprocess p(cmd({"--ranks", "3", "--steps", "100000000", "--model", "mlp:128x2", "--collector",
-                    "none", "--timeout", "10", "--eval-every", "0"}));
+  ChildProcess p(cmd({"--ranks", "3", "--steps", "100000000", "--model", "mlp:128x2", "--collector",
+                      "none", "--timeout", "10", "--eval-every", "0"}));
   ASSERT_TRUE(p.readUntil(
       [&] {
         return finalHashes(p.out).empty() &&
@@ -188,7 +189,7 @@ TEST(TrainE2E, KilledRankMakesLauncherStopOthersAndNameIt) {
 }
 
 TEST(TrainE2E, LauncherForwardsSigterm) {
-  Subprocess p(
+  ChildProcess p(
       cmd({"--ranks", "2", "--steps", "100000000", "--collector", "none", "--eval-every", "0"}));
   ASSERT_TRUE(p.waitFor("rank 1: world 2", 60s)) << p.err;
   ASSERT_TRUE(p.waitFor("rank 0: world 2", 60s)) << p.err;
@@ -253,8 +254,8 @@ class UdpSink {
 
 TEST(TrainE2E, TelemetryFramesDecodeAtTheCollector) {
   UdpSink sink;
-  Subprocess p(cmd({"--ranks", "2", "--steps", "400", "--collector", sink.address(), "--metrics-hz",
-                    "50", "--job", "e2e", "--eval-every", "100"}));
+  ChildProcess p(cmd({"--ranks", "2", "--steps", "400", "--collector", sink.address(),
+                      "--metrics-hz", "50", "--job", "e2e", "--eval-every", "100"}));
   auto deadline = std::chrono::steady_clock::now() + 60s;
   std::optional<int> code;
   while (!code && std::chrono::steady_clock::now() < deadline) {
@@ -315,9 +316,9 @@ TEST(TrainE2E, SignedDecisionSwitchesEveryRankAtTheSameStepForgedAndReplayedAreR
   std::ofstream(secret_file) << secret;
   chmod(secret_file.c_str(), 0600);
   UdpSink sink;
-  Subprocess p(cmd({"--ranks", "3", "--steps", "100000000", "--adaptive", "--secret", secret_file,
-                    "--control", "127.0.0.1:0", "--job", "adapt", "--collector", sink.address(),
-                    "--metrics-hz", "50", "--eval-every", "0"}));
+  ChildProcess p(cmd({"--ranks", "3", "--steps", "100000000", "--adaptive", "--secret", secret_file,
+                      "--control", "127.0.0.1:0", "--job", "adapt", "--collector", sink.address(),
+                      "--metrics-hz", "50", "--eval-every", "0"}));
   ASSERT_TRUE(p.waitFor("control listening on", 60s)) << p.err;
   std::smatch m;
   ASSERT_TRUE(p.readUntil(
@@ -397,7 +398,7 @@ TEST(TrainE2E, BadInputGetsOneClearLineAndExit2) {
       {{"--duration", "-1"}, "--duration -1: expected a positive number of seconds"},
   };
   for (const Case& c : cases) {
-    Subprocess p(cmd(c.args));
+    ChildProcess p(cmd(c.args));
     EXPECT_EQ(p.exitCode(10s), 2) << c.needle;
     EXPECT_NE(p.err.find(c.needle), std::string::npos) << p.err;
     EXPECT_EQ(std::count(p.err.begin(), p.err.end(), '\n'), 1) << p.err;
@@ -407,13 +408,13 @@ TEST(TrainE2E, BadInputGetsOneClearLineAndExit2) {
 TEST(TrainE2E, WorldSizeFromMpirunEnvironment) {
   // mpirun sets OMPI_COMM_WORLD_*; without a store, the message says where to put one.
   std::vector<std::string> args = cmd({});
-  Subprocess p({"/usr/bin/env", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", kTrain});
+  ChildProcess p({"/usr/bin/env", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", kTrain});
   EXPECT_EQ(p.exitCode(10s), 2);
   EXPECT_NE(p.err.find("rank 1 of 2 needs a rendezvous store"), std::string::npos) << p.err;
 }
 
 TEST(TrainE2E, MissingDataFileNamesSetup) {
-  Subprocess p(cmd({"--data", "/nonexistent/digits.csv.gz", "--collector", "none"}));
+  ChildProcess p(cmd({"--data", "/nonexistent/digits.csv.gz", "--collector", "none"}));
   EXPECT_EQ(p.exitCode(30s), 1);
   EXPECT_NE(p.err.find("tools/setup"), std::string::npos) << p.err;
 }
@@ -421,8 +422,8 @@ TEST(TrainE2E, MissingDataFileNamesSetup) {
 TEST(TrainE2E, UnreachablePeerTimesOutWithAClearMessage) {
   TempDir store;
   auto t0 = std::chrono::steady_clock::now();
-  Subprocess p(cmd({"--rank", "0", "--world", "2", "--store", store.path(), "--timeout", "2",
-                    "--collector", "none"}));
+  ChildProcess p(cmd({"--rank", "0", "--world", "2", "--store", store.path(), "--timeout", "2",
+                      "--collector", "none"}));
   EXPECT_EQ(p.exitCode(30s), 1);
   EXPECT_NE(p.err.find("rank 0: error:"), std::string::npos) << p.err;
   EXPECT_NE(p.err.find("did not join"), std::string::npos) << p.err;
@@ -436,7 +437,7 @@ namespace bpftrain::trainer {
 namespace {
 
 TEST(TrainE2E, NcclBackendTrainsOnAGpuOrSaysWhyNot) {
-  Subprocess p(cmd({"--backend", "nccl", "--steps", "50", "--collector", "none"}));
+  ChildProcess p(cmd({"--backend", "nccl", "--steps", "50", "--collector", "none"}));
   int code = p.exitCode(120s);
   if (code == 0) {
     EXPECT_FALSE(finalHashes(p.out).empty());
@@ -459,8 +460,8 @@ TEST(TrainE2E, ComputeAndCommunicationThreadsArePinnedAsPlanned) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &mine)) cpus.push_back(c);
   if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to tell compute and communication apart";
-  Subprocess p(cmd({"--steps", "100000000", "--pin", "spread", "--eval-every", "0", "--collector",
-                    "127.0.0.1:9"}));
+  ChildProcess p(cmd({"--steps", "100000000", "--pin", "spread", "--eval-every", "0", "--collector",
+                      "127.0.0.1:9"}));
   ASSERT_TRUE(p.waitFor("rank 0: world 1", 60s)) << p.err;
   std::smatch m;
   ASSERT_TRUE(
@@ -533,8 +534,8 @@ TEST(TrainE2E, LauncherPlacesRanksInNetworkNamespaces) {
   if (geteuid() != 0) GTEST_SKIP() << "creating network namespaces needs root";
   NamespacePair ns;
   ASSERT_TRUE(ns.ok()) << "ip netns/veth setup failed";
-  Subprocess p(cmd({"--ranks", "2", "--netns", ns.a() + "," + ns.b(), "--steps", "100",
-                    "--collector", "none", "--topology", "hierarchical"}));
+  ChildProcess p(cmd({"--ranks", "2", "--netns", ns.a() + "," + ns.b(), "--steps", "100",
+                      "--collector", "none", "--topology", "hierarchical"}));
   ASSERT_EQ(p.exitCode(60s), 0) << p.err;
   auto h = finalHashes(p.out);
   ASSERT_EQ(h.size(), 2u) << p.out;
@@ -547,8 +548,8 @@ TEST(TrainE2E, LauncherPlacesRanksInNetworkNamespaces) {
 
 TEST(TrainE2E, MissingNamespaceNamesTheFix) {
   if (geteuid() != 0) GTEST_SKIP() << "entering network namespaces needs root";
-  Subprocess p(cmd({"--ranks", "2", "--netns", "bttr-none-a,bttr-none-b", "--steps", "10",
-                    "--collector", "none"}));
+  ChildProcess p(cmd({"--ranks", "2", "--netns", "bttr-none-a,bttr-none-b", "--steps", "10",
+                      "--collector", "none"}));
   EXPECT_EQ(p.exitCode(60s), 1);
   EXPECT_NE(p.err.find("cannot enter network namespace bttr-none-"), std::string::npos) << p.err;
   EXPECT_NE(p.err.find("ip netns add"), std::string::npos) << p.err;
@@ -566,7 +567,7 @@ TEST(TrainE2E, DeadPeerGivesAClearErrorNotAHang) {
     return cmd({"--rank", std::to_string(r), "--world", "2", "--store", store.path(), "--steps",
                 "100000000", "--collector", "none", "--eval-every", "0", "--timeout", "5"});
   };
-  Subprocess r0(rank(0)), r1(rank(1));
+  ChildProcess r0(rank(0)), r1(rank(1));
   ASSERT_TRUE(r0.waitFor("rank 0: world 2", 60s)) << r0.err;
   ASSERT_TRUE(r1.waitFor("rank 1: world 2", 60s)) << r1.err;
   kill(r1.pid(), SIGKILL);

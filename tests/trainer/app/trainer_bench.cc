@@ -20,13 +20,13 @@
 #include "common/hmac.h"
 #include "common/training_config.h"
 #include "common/wire_format.h"
-#include "tests/trainer/app/subprocess.h"
+#include "tests/support/child_process.h"
 
 namespace bpftrain::trainer {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::Subprocess;
+using testing::ChildProcess;
 
 const std::string kTrain = BPFTRAIN_TRAIN_BINARY;
 const bool kFull = std::getenv("BPFTRAIN_BENCH_FULL") != nullptr;
@@ -119,7 +119,7 @@ TEST(TrainerBench, TelemetryAndAdaptiveOverheadOnStepTime) {
       } else {
         args.insert(args.end(), features.begin(), features.end());
       }
-      Subprocess p(args);
+      ChildProcess p(args);
       ASSERT_EQ(p.exitCode(600s), 0) << p.err;
       std::regex re(
           R"(rank 0: overhead_ab median step off ([0-9.]+) s on ([0-9.]+) s overhead ([-+0-9.]+)%)");
@@ -140,9 +140,9 @@ TEST(TrainerBench, TelemetryAndAdaptiveOverheadOnStepTime) {
 void measureSwitchLatency(const std::string& model, int decisions) {
   Fixture f;
   const int ranks = 3;
-  Subprocess p({kTrain, "--ranks", std::to_string(ranks), "--model", model, "--steps", "1000000000",
-                "--adaptive", "--secret", f.secret_file, "--control", "127.0.0.1:0", "--job",
-                "bench", "--collector", f.sink_address, "--eval-every", "0"});
+  ChildProcess p({kTrain, "--ranks", std::to_string(ranks), "--model", model, "--steps",
+                  "1000000000", "--adaptive", "--secret", f.secret_file, "--control", "127.0.0.1:0",
+                  "--job", "bench", "--collector", f.sink_address, "--eval-every", "0"});
   std::smatch m;
   ASSERT_TRUE(p.readUntil(
       [&] {
