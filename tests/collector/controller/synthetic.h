@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collector/window/series_store.h"
+#include "tests/collector/window/unwindowed_store.h"
 
 namespace bpftrain::collector::controller::testing {
 
@@ -102,7 +103,7 @@ inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
 
 // A SeriesStore whose snapshot() returns what the test put there, plus the series recorded
 // into it (the controller's own counters), aggregated simply.
-class FakeStore final : public window::SeriesStore {
+class FakeStore final : public window::testing::UnwindowedStore {
  public:
   void set(std::vector<SeriesSnapshot> v) {
     std::lock_guard lock(mu_);
@@ -142,14 +143,6 @@ class FakeStore final : public window::SeriesStore {
   }
   size_t seriesCount() const override { return own_.size(); }
   uint64_t rejectedSeries() const override { return 0; }
-  size_t memoryBytes() const override { return 0; }
-  const window::WindowConfig& config() const override { return config_; }
-  int64_t stepOf(int64_t now_ns) const override { return now_ns / config_.step.count(); }
-  size_t visitStep(int64_t, const std::function<void(const window::StepSummary&)>&) const override {
-    return 0;
-  }
-  void mergeStep(int, window::SeriesId, const window::StepSummary&, int64_t) override {}
-  uint64_t lateSamples() const override { return 0; }
 
   // Sum of `total` over own series named `name` whose labels include all of `want`.
   double ownTotal(const std::string& name,
@@ -167,7 +160,6 @@ class FakeStore final : public window::SeriesStore {
   }
 
  private:
-  window::WindowConfig config_;
   mutable std::mutex mu_;
   std::vector<SeriesSnapshot> external_;
   std::vector<SeriesSnapshot> own_;

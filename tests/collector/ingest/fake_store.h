@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collector/window/series_store.h"
+#include "tests/collector/window/unwindowed_store.h"
 
 namespace bpftrain::collector::ingest::testing {
 
@@ -23,7 +24,7 @@ struct FakeSeries {
   }
 };
 
-class FakeStore : public window::SeriesStore {
+class FakeStore : public window::testing::UnwindowedStore {
  public:
   explicit FakeStore(size_t max_series = 1'000'000) : max_series_(max_series) {}
 
@@ -63,14 +64,6 @@ class FakeStore : public window::SeriesStore {
     return series_.size();
   }
   uint64_t rejectedSeries() const override { return rejected_; }
-  size_t memoryBytes() const override { return 0; }
-  const window::WindowConfig& config() const override { return config_; }
-  int64_t stepOf(int64_t now_ns) const override { return now_ns / config_.step.count(); }
-  size_t visitStep(int64_t, const std::function<void(const window::StepSummary&)>&) const override {
-    return 0;
-  }
-  void mergeStep(int, window::SeriesId, const window::StepSummary&, int64_t) override {}
-  uint64_t lateSamples() const override { return 0; }
 
   // Copy of one series by key; empty values when absent.
   FakeSeries get(const std::string& key) const {
@@ -86,7 +79,6 @@ class FakeStore : public window::SeriesStore {
 
  private:
   mutable std::mutex mu_;
-  window::WindowConfig config_;
   size_t max_series_;
   uint64_t rejected_ = 0;
   uint64_t records_ = 0;

@@ -10,21 +10,7 @@
 #include <thread>
 #include <vector>
 
-// Counts heap allocations while enabled, to check that the hot path allocates nothing. The
-// replacement pairs malloc with free, which GCC cannot see through once inlined.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+#include "tests/support/allocation_counter.h"
 
 namespace bpftrain::collector::window {
 namespace {
