@@ -14,16 +14,17 @@
 #include <set>
 #include <sstream>
 
-#include "common/hmac.h"
 #include "common/training_config.h"
 #include "common/wire_format.h"
 #include "tests/support/child_process.h"
+#include "tests/support/signed_control.h"
 
 namespace bpftrain::trainer {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::ChildProcess;
+using testing::signedDecision;
 namespace fs = std::filesystem;
 
 const std::string kTrain = BPFTRAIN_TRAIN_BINARY;
@@ -278,25 +279,6 @@ TEST(TrainE2E, TelemetryFramesDecodeAtTheCollector) {
   EXPECT_EQ(sink.counts[MetricId::kStepSeconds], 2 * 400);  // every step of both ranks
   for (auto& [sender, rank] : sink.sender_rank)
     EXPECT_EQ((sink.last[{sender, MetricId::kStep}]), 400) << "rank " << rank;
-}
-
-std::vector<uint8_t> signedDecision(const std::string& job, uint64_t epoch, Topology t, PinMode p,
-                                    const std::string& secret) {
-  wire::Control c;
-  c.job = job;
-  c.epoch = epoch;
-  c.topology = uint8_t(t);
-  c.pinning = uint8_t(p);
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  c.timestamp_ns = uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-  uint8_t signing[512];
-  size_t n = wire::controlSigningBytes(signing, c);
-  c.mac = hmacSha256(std::span(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
-                     std::span<const uint8_t>(signing, n));
-  std::vector<uint8_t> out(wire::kMaxFrameSize);
-  out.resize(wire::encodeControl(out, 1, uint32_t(epoch), c));
-  return out;
 }
 
 void sendTo(uint16_t port, const std::vector<uint8_t>& d) {

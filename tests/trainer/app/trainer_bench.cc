@@ -17,42 +17,20 @@
 #include <map>
 #include <regex>
 
-#include "common/hmac.h"
 #include "common/training_config.h"
 #include "common/wire_format.h"
 #include "tests/support/child_process.h"
+#include "tests/support/signed_control.h"
 
 namespace bpftrain::trainer {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::ChildProcess;
+using testing::signedDecision;
 
 const std::string kTrain = BPFTRAIN_TRAIN_BINARY;
 const bool kFull = std::getenv("BPFTRAIN_BENCH_FULL") != nullptr;
-
-uint64_t nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
-
-std::vector<uint8_t> signedDecision(const std::string& job, uint64_t epoch, Topology t, PinMode p,
-                                    const std::string& secret) {
-  wire::Control c;
-  c.job = job;
-  c.epoch = epoch;
-  c.topology = uint8_t(t);
-  c.pinning = uint8_t(p);
-  c.timestamp_ns = nowNs();
-  uint8_t signing[512];
-  size_t n = wire::controlSigningBytes(signing, c);
-  c.mac = hmacSha256(std::span(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
-                     std::span<const uint8_t>(signing, n));
-  std::vector<uint8_t> out(wire::kMaxFrameSize);
-  out.resize(wire::encodeControl(out, 1, uint32_t(epoch), c));
-  return out;
-}
 
 struct Fixture {
   Fixture() {

@@ -9,8 +9,8 @@
 #include <ctime>
 #include <thread>
 
-#include "common/hmac.h"
 #include "common/wire_format.h"
+#include "tests/support/signed_control.h"
 #include "trainer/control/control_receiver.h"
 
 namespace bpftrain::trainer::control {
@@ -18,28 +18,12 @@ namespace {
 
 constexpr std::string_view kSecret = "s3cret-for-tests";
 
-uint64_t nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
+using testing::nowNs;
 
 // What the controller sends: a kControl frame signed over controlSigningBytes().
 std::vector<uint8_t> signedFrame(std::string_view job, uint64_t epoch, uint8_t topo, uint8_t pin,
                                  uint64_t ts, std::string_view secret = kSecret) {
-  wire::Control c;
-  c.job = job;
-  c.epoch = epoch;
-  c.topology = topo;
-  c.pinning = pin;
-  c.timestamp_ns = ts;
-  uint8_t signing[512];
-  size_t n = wire::controlSigningBytes(signing, c);
-  c.mac = hmacSha256(std::span(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
-                     std::span<const uint8_t>(signing, n));
-  std::vector<uint8_t> out(wire::kMaxFrameSize);
-  out.resize(wire::encodeControl(out, 9, uint32_t(epoch), c));
-  return out;
+  return testing::signedControlFrame(job, epoch, topo, pin, ts, secret, 9);
 }
 
 TEST(Verifier, AcceptsAValidDecision) {
