@@ -28,6 +28,7 @@
 #include "collector/loader/probe_service.h"
 #include "collector/window/series_store.h"
 #include "tests/bpf/workloads.h"
+#include "tests/support/loopback.h"
 
 namespace {
 
@@ -72,14 +73,9 @@ ProgStats newProgsDelta(const std::map<uint32_t, ProgStats>& before) {
 // Loopback stream inside this process: a sender thread and a reader draining as fast as it can.
 int64_t tcpStream(int64_t bytes) {
   int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  uint16_t port = 0;
+  bpftrain::testing::bindLoopbackPort0(listener, &port);
   listen(listener, 1);
-  socklen_t len = sizeof(addr);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  const uint16_t port = ntohs(addr.sin_port);
   int64_t got = 0;
   std::thread reader([&] {
     int conn = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);

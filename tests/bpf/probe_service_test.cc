@@ -24,6 +24,7 @@
 #include "collector/ingest/sender_registry.h"
 #include "collector/window/series_store.h"
 #include "tests/bpf/workloads.h"
+#include "tests/support/loopback.h"
 
 namespace bpftrain::collector::loader {
 namespace {
@@ -261,14 +262,8 @@ struct Listener {
   Listener(int rcvbuf) {
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    bpftrain::testing::bindLoopbackPort0(fd, &port);
     listen(fd, 1);
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
   }
   ~Listener() { close(fd); }
   // Reads everything; a slow reader takes 16 KiB per 2 ms (pacing a workload, not waiting on it).

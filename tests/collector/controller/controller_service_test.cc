@@ -1,11 +1,10 @@
 #include "collector/controller/controller_service.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include "collector/controller/rules_policy.h"
 #include "common/hmac.h"
 #include "tests/collector/controller/synthetic.h"
+#include "tests/support/loopback.h"
 
 namespace bpftrain::collector::controller {
 namespace {
@@ -30,13 +30,7 @@ class FakeTrainer {
  public:
   FakeTrainer() {
     fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    EXPECT_EQ(bpftrain::testing::bindLoopbackPort0(fd_, &port_), 0);
   }
   ~FakeTrainer() { close(fd_); }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }

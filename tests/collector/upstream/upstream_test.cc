@@ -18,6 +18,7 @@
 #include "collector/upstream/forwarder.h"
 #include "collector/upstream/summary_codec.h"
 #include "tests/support/allocation_counter.h"
+#include "tests/support/loopback.h"
 
 namespace bpftrain::collector::upstream {
 namespace {
@@ -46,13 +47,7 @@ class Receiver {
     fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     int big = 8 << 20;
     setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    bpftrain::testing::bindLoopbackPort0(fd_, &port_);
   }
   ~Receiver() { close(fd_); }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -80,7 +75,7 @@ class Receiver {
 
  private:
   int fd_;
-  int port_;
+  uint16_t port_ = 0;
   size_t applied_ = 0;
 };
 

@@ -17,6 +17,7 @@
 #include "common/training_config.h"
 #include "common/wire_format.h"
 #include "tests/support/child_process.h"
+#include "tests/support/loopback.h"
 #include "tests/support/signed_control.h"
 
 namespace bpftrain::trainer {
@@ -203,15 +204,9 @@ class UdpSink {
  public:
   UdpSink() {
     fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
     int big = 4 << 20;
     setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
-    socklen_t len = sizeof(a);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    testing::bindLoopbackPort0(fd_, &port_);
   }
   ~UdpSink() { close(fd_); }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }

@@ -20,6 +20,7 @@
 #include "common/training_config.h"
 #include "common/wire_format.h"
 #include "tests/support/child_process.h"
+#include "tests/support/loopback.h"
 #include "tests/support/signed_control.h"
 
 namespace bpftrain::trainer {
@@ -41,13 +42,9 @@ struct Fixture {
     chmod(secret_file.c_str(), 0600);
     // A collector stand-in that never reads: sends cost what they cost, the kernel drops.
     sink = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(sink, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    socklen_t len = sizeof(a);
-    getsockname(sink, reinterpret_cast<sockaddr*>(&a), &len);
-    sink_address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    uint16_t port = 0;
+    testing::bindLoopbackPort0(sink, &port);
+    sink_address = "127.0.0.1:" + std::to_string(port);
   }
   ~Fixture() {
     close(sink);

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "tests/support/loopback.h"
 #include "tests/trainer/collective/collective_test_util.h"
 
 namespace bpftrain::trainer::collective {
@@ -282,14 +283,10 @@ TEST(Collective, UnusableBindAddressNamesTheFlag) {
 // A free loopback TCP port for a server we start (bound and released: a small race we accept).
 int freePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  uint16_t port = 0;
+  bpftrain::testing::bindLoopbackPort0(fd, &port);
   close(fd);
-  return ntohs(a.sin_port);
+  return port;
 }
 
 bool canConnect(int port) {

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/wire_format.h"
+#include "tests/support/loopback.h"
 
 namespace bpftrain::trainer::telemetry {
 namespace {
@@ -22,13 +23,7 @@ class Receiver {
  public:
   Receiver() {
     fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    socklen_t len = sizeof(a);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    bpftrain::testing::bindLoopbackPort0(fd_, &port_);
   }
   ~Receiver() { close(fd_); }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
