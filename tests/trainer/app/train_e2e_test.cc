@@ -19,6 +19,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/loopback.h"
 #include "tests/support/signed_control.h"
+#include "tests/support/temp_dir.h"
 
 namespace bpftrain::trainer {
 namespace {
@@ -32,17 +33,9 @@ const std::string kTrain = BPFTRAIN_TRAIN_BINARY;
 using bpftrain::PinMode;
 using bpftrain::Topology;
 
-class TempDir {
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/bpftrain-e2e-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("bpftrain-e2e") {}
 };
 
 std::vector<std::string> cmd(std::vector<std::string> args) {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
 #include "trainer/collective/communicator.h"
 
 namespace bpftrain::trainer::collective::test_util {
@@ -28,20 +29,10 @@ using namespace std::chrono_literals;
 inline constexpr Topology kAll[] = {Topology::kRing, Topology::kHalvingDoubling, Topology::kBcube,
                                     Topology::kHierarchical};
 
-class TempDir {
+// Each test's rendezvous store lives in one of these.
+class TempDir : public bpftrain::testing::TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/bpftrain-collective-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : bpftrain::testing::TempDir("bpftrain-collective") {}
 };
 
 inline CommOptions options(const std::string& store, int rank, int world) {

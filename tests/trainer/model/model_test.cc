@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/temp_dir.h"
 #include "trainer/model/checkpoint.h"
 #include "trainer/model/dataset.h"
 #include "trainer/model/huge_buffer.h"
@@ -16,17 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+class TempDir : public bpftrain::testing::TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/bpftrain-model-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : bpftrain::testing::TempDir("bpftrain-model-test") {}
 };
 
 TEST(HugeBuffer, AlignedZeroedAndHashable) {
