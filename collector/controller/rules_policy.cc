@@ -32,7 +32,8 @@ std::string fmt(const char* f, double a, double b) {
 
 }  // namespace
 
-RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) const {
+RulesPolicy::Signal RulesPolicy::classify(const Features& f, Topology current,
+                                          std::string& why) const {
   const RulesConfig& c = config_;
   if (f.has_transport) {
     if (f.queue_depth_p99 >= c.queue_depth_severe) {
@@ -55,8 +56,9 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) c
       why = fmt("rtt_p50=%.4fs >= %.4fs", f.rtt_p50_s, c.rtt_p50_high_s);
       return Signal::kCongested;
     }
-    const bool bandwidth_back = f.busbw_window <= 0 || ring_busbw_best_ <= 0 ||
-                                f.busbw_window >= c.busbw_clear_fraction * ring_busbw_best_;
+    const double own_best = busbw_best_[int(current)];
+    const bool bandwidth_back = f.busbw_window <= 0 || own_best <= 0 ||
+                                f.busbw_window >= c.busbw_clear_fraction * own_best;
     if (f.queue_depth_p99 < c.queue_depth_low && f.rtt_jitter_s < c.rtt_jitter_low_s &&
         f.rtt_p50_s < c.rtt_p50_low_s && bandwidth_back) {
       why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", f.rtt_p50_s,
@@ -91,9 +93,15 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   if (!f.has_steps) return d;
   // The window mean, not the latest reading: one slow step on a shared machine is not congestion.
   ring_busbw_best_ = std::max(ring_busbw_best_, f.busbw_window);
+  // Only once the window holds nothing from the previous topology (min_dwell spans the window).
+  if (last_switch_ns_ < 0 || now_ns - last_switch_ns_ >= config_.min_dwell.count()) {
+    double& best = busbw_best_[int(current.topology)];
+    best = std::max(best, f.busbw_window);
+  }
+  if (cooldown_ns_ < 0) cooldown_ns_ = config_.cooldown.count();
 
   std::string why;
-  Signal signal = classify(f, why);
+  Signal signal = classify(f, current.topology, why);
   const int level = levelOf(current.topology);
   const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
 
@@ -114,13 +122,22 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.to.topology = topologyAt(wanted);
     d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
     d.detail = why;
-  } else if (dwell_ok && clear_since_ns_ >= 0 &&
-             now_ns - clear_since_ns_ >= config_.cooldown.count()) {
+    if (last_descent_ns_ >= 0) {
+      if (now_ns - last_descent_ns_ < config_.failed_descent_window.count()) {
+        cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
+        d.detail += fmt("; the last step down failed after %.1fs: cooldown now %.0fs",
+                        double(now_ns - last_descent_ns_) * 1e-9, double(cooldown_ns_) * 1e-9);
+      } else {
+        cooldown_ns_ = config_.cooldown.count();
+      }
+    }
+  } else if (dwell_ok && clear_since_ns_ >= 0 && now_ns - clear_since_ns_ >= cooldown_ns_) {
     d.change = true;
     d.to.topology = topologyAt(level - 1);
     d.reason = "clear";
     d.detail = why + fmt(" for %.1fs (cooldown %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
-                         double(config_.cooldown.count()) * 1e-9);
+                         double(cooldown_ns_) * 1e-9);
+    last_descent_ns_ = now_ns;
   }
 
   // Pinning moves once, away from none; it rides along with a topology change or stands alone.

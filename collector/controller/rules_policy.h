@@ -6,6 +6,7 @@
 // Pinning is moved once, from none, by migration and cross-node signals.
 #pragma once
 
+#include <array>
 #include <chrono>
 
 #include "collector/controller/policy.h"
@@ -34,6 +35,12 @@ struct RulesConfig {
   double busbw_clear_fraction = 0.85;
   int escalate_steps = 2;
   std::chrono::nanoseconds cooldown = std::chrono::seconds(10);
+  // A higher rung can hide the congestion that put us there (hierarchical keeps most traffic
+  // off the throttled links), so an all-clear there may be false. A step down that has to climb
+  // back within `failed_descent_window` doubles the cooldown, up to `max_cooldown`; one that
+  // holds resets it.
+  std::chrono::nanoseconds failed_descent_window = std::chrono::seconds(30);
+  std::chrono::nanoseconds max_cooldown = std::chrono::seconds(160);
   std::chrono::nanoseconds min_dwell = std::chrono::seconds(5);
   // Pinning: node migrations per second or the remote share of NUMA hint faults -> numa;
   // cpu+llc migrations per second -> compact.
@@ -50,7 +57,7 @@ class RulesPolicy final : public Policy {
 
  private:
   enum class Signal { kClear, kNeutral, kCongested, kSevere };
-  Signal classify(const Features& f, std::string& why) const;
+  Signal classify(const Features& f, Topology current, std::string& why) const;
 
   RulesConfig config_;
   int congested_steps_ = 0;
@@ -58,6 +65,11 @@ class RulesPolicy final : public Policy {
   int64_t clear_since_ns_ = -1;
   int64_t last_switch_ns_ = -1;
   double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)
+  // Best settled window bus bandwidth per topology: with probes, the all-clear compares the
+  // current topology with its own best, since a higher rung may never reach the ring's.
+  std::array<double, kTopologyCount> busbw_best_{};
+  int64_t cooldown_ns_ = -1;  // the current all-clear cooldown (config_.cooldown, doubled on failure)
+  int64_t last_descent_ns_ = -1;
 };
 
 }  // namespace bpftrain::collector::controller

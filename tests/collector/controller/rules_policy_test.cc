@@ -75,6 +75,62 @@ TEST(RulesPolicy, SwitchesUnderCongestionAndComesBackAfterIt) {
   EXPECT_LE(sw[1].t, 71.0);
 }
 
+// Hierarchical's bus bandwidth never reaches the ring's (measured in the demo: 221 vs 490
+// samples/s after the congestion lifted): the all-clear compares it with its own best.
+TEST(RulesPolicy, StepsBackDownWhenTheHigherRungNeverReachesTheRingsBandwidth) {
+  RulesPolicy q;
+  std::vector<Switch> sw2;
+  {
+    Arm a;
+    FeatureExtractor ex("j");
+    for (int64_t ns = 0; ns <= 120'000'000'000; ns += kStepNs) {
+      double t = double(ns) * 1e-9;
+      JobState j = t >= 20 && t < 60 ? congested() : clear();
+      j.busbw = a.topology == Topology::kHierarchical ? 0.45e9 : (t >= 20 && t < 60 ? 0.3e9 : 1e9);
+      j.topology = int(a.topology);
+      j.pinning = int(a.pinning);
+      Decision d = q.decide(ex.update(snapshotsOf(j), ns), a, ns);
+      if (d.change) {
+        sw2.push_back({t, d.to, std::string(d.reason)});
+        a = d.to;
+      }
+    }
+  }
+  ASSERT_EQ(sw2.size(), 2u);
+  EXPECT_EQ(sw2[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(sw2[1].to.topology, Topology::kRing);
+  EXPECT_EQ(sw2[1].reason, "clear");
+  EXPECT_GE(sw2[1].t, 70.0);
+  EXPECT_LE(sw2[1].t, 76.0);
+}
+
+// Hierarchical hides the congestion (its leaders' links look clear): each step down that has
+// to climb back doubles the cooldown, so the ring is retried ever more rarely.
+TEST(RulesPolicy, FailedStepsDownBackOff) {
+  RulesPolicy p;
+  Arm a;
+  FeatureExtractor ex("j");
+  std::vector<double> descents;
+  for (int64_t ns = 0; ns <= 200'000'000'000; ns += kStepNs) {
+    double t = double(ns) * 1e-9;
+    const bool congested_link = t >= 10;  // never lifts
+    JobState j = congested_link && a.topology == Topology::kRing ? congested() : clear();
+    j.topology = int(a.topology);
+    j.pinning = int(a.pinning);
+    Decision d = p.decide(ex.update(snapshotsOf(j), ns), a, ns);
+    if (d.change) {
+      if (d.to.topology == Topology::kRing) descents.push_back(t);
+      a = d.to;
+    }
+  }
+  ASSERT_GE(descents.size(), 3u);
+  // Gaps between retries grow: 10 s cooldown, then 20, 40, 80 (plus dwell and detection).
+  for (size_t i = 2; i < descents.size(); ++i)
+    EXPECT_GT(descents[i] - descents[i - 1], 1.5 * (descents[i - 1] - descents[i - 2]) - 2.0)
+        << "retry " << i;
+  EXPECT_LE(descents.size(), 5u);
+}
+
 TEST(RulesPolicy, SevereCongestionClimbsToHalvingDoublingAndDescendsRungByRung) {
   RulesPolicy p;
   auto sw = run(p, 100, [](double t) {
