@@ -147,17 +147,30 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
         f.migrations_per_s[int(MigrationScope::kCpu)] + f.migrations_per_s[int(MigrationScope::kLlc)];
     std::string pin_why;
     PinMode want = PinMode::kNone;
-    if (node_moves >= config_.node_migrations_per_s ||
-        (f.numa_remote_faults_per_s > 0 && f.remote_fault_share >= config_.remote_fault_share)) {
+    // Enter at the thresholds; once the signal holds, stay until it falls under the release
+    // fraction of them.
+    const double k = pin_since_ns_ >= 0 ? config_.pin_release_fraction : 1.0;
+    if (node_moves >= k * config_.node_migrations_per_s ||
+        (f.numa_remote_faults_per_s > 0 &&
+         f.remote_fault_share >= k * config_.remote_fault_share)) {
       want = PinMode::kNuma;
       pin_why = fmt("node migrations %.1f/s, remote fault share %.2f", node_moves,
                     f.remote_fault_share);
-    } else if (cpu_moves >= config_.cpu_migrations_per_s) {
+    } else if (cpu_moves >= k * config_.cpu_migrations_per_s) {
       want = PinMode::kCompact;
-      pin_why = fmt("cpu+llc migrations %.1f/s >= %.1f/s", cpu_moves, config_.cpu_migrations_per_s);
+      pin_why = fmt("cpu+llc migrations %.1f/s >= %.1f/s", cpu_moves,
+                    k * config_.cpu_migrations_per_s);
     }
     pin_steps_ = want != PinMode::kNone ? pin_steps_ + 1 : 0;
-    if (want != PinMode::kNone && pin_steps_ >= config_.escalate_steps) {
+    if (want == PinMode::kNone) {
+      pin_since_ns_ = -1;
+    } else if (pin_since_ns_ < 0) {
+      pin_since_ns_ = now_ns;
+    }
+    if (want != PinMode::kNone && pin_steps_ >= config_.escalate_steps &&
+        now_ns - pin_since_ns_ >= config_.pin_sustain.count()) {
+      pin_why += fmt(" for %.1fs (sustain %.1fs)", double(now_ns - pin_since_ns_) * 1e-9,
+                     double(config_.pin_sustain.count()) * 1e-9);
       if (!d.change) {
         d.reason = want == PinMode::kNuma ? "cross_node" : "migrations";
         d.detail = pin_why;
@@ -174,6 +187,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     last_switch_ns_ = now_ns;
     congested_steps_ = 0;
     pin_steps_ = 0;
+    pin_since_ns_ = -1;
     clear_since_ns_ = -1;
   }
   return d;

@@ -47,6 +47,13 @@ struct RulesConfig {
   double node_migrations_per_s = 1.0;
   double remote_fault_share = 0.3;
   double cpu_migrations_per_s = 200.0;  // 4 ranks on 2 CPUs migrate ~60/s unpinned here
+  // Pinning is a one-way move, so its signal must hold for `pin_sustain` (a whole window) and
+  // keeps holding only while above `pin_release_fraction` of its threshold (hysteresis). The
+  // 2-step (1 s) trigger pinned an unshaped steady-state run (controller_e2e_test) while other
+  // builds loaded this 2-core machine; load that keeps the job's threads migrating at
+  // 224-239/s for 5 s and more still pins, once.
+  std::chrono::nanoseconds pin_sustain = std::chrono::seconds(5);
+  double pin_release_fraction = 0.75;
 };
 
 class RulesPolicy final : public Policy {
@@ -62,6 +69,7 @@ class RulesPolicy final : public Policy {
   RulesConfig config_;
   int congested_steps_ = 0;
   int pin_steps_ = 0;
+  int64_t pin_since_ns_ = -1;  // since when the pinning signal holds (-1: it does not)
   int64_t clear_since_ns_ = -1;
   int64_t last_switch_ns_ = -1;
   double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)

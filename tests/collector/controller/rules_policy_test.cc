@@ -221,7 +221,8 @@ TEST(RulesPolicy, PinsFromMigrationAndCrossNodeSignals) {
   Arm cur;
   FeatureExtractor ex("j");
   std::vector<Decision> ds;
-  for (int i = 0; i < 6; ++i) {
+  // 8 s: the signal must hold for pin_sustain (5 s) first.
+  for (int i = 0; i < 16; ++i) {
     std::vector<SeriesSnapshot> s = snapshotsOf(clear());
     s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "node"}}, 5));
     Decision d = p.decide(ex.update(s, i * kStepNs), cur, i * kStepNs);
@@ -238,7 +239,7 @@ TEST(RulesPolicy, PinsFromMigrationAndCrossNodeSignals) {
   RulesPolicy q;
   Arm cur2;
   Decision last;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 16; ++i) {
     std::vector<SeriesSnapshot> s = snapshotsOf(clear());
     s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 300));
     Decision d = q.decide(ex.update(s, i * kStepNs), cur2, i * kStepNs);
@@ -246,6 +247,35 @@ TEST(RulesPolicy, PinsFromMigrationAndCrossNodeSignals) {
   }
   EXPECT_EQ(last.to.pinning, PinMode::kCompact);
   EXPECT_EQ(last.reason, "migrations");
+}
+
+// Pinning is one-way: cpu migrations that cross the threshold for a second or two at a time (a
+// shared machine's load) never pin; ones that stay above the release level (0.75x) do, once
+// they have held for pin_sustain.
+TEST(RulesPolicy, PinningNeedsASustainedSignalWithHysteresis) {
+  auto pins = [](const std::function<double(int)>& rate_at_step) {
+    RulesPolicy p;
+    Arm cur;
+    FeatureExtractor ex("j");
+    double at = -1;
+    for (int i = 0; i < 60; ++i) {  // 30 s
+      std::vector<SeriesSnapshot> s = snapshotsOf(clear());
+      s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}},
+                          rate_at_step(i)));
+      Decision d = p.decide(ex.update(s, i * kStepNs), cur, i * kStepNs);
+      if (d.change && d.to.pinning != PinMode::kNone && at < 0) {
+        at = i * 0.5;
+        cur = d.to;
+      }
+    }
+    return at;
+  };
+  // 3 s above (300/s), 1 s well below (100/s), repeated: never pins.
+  EXPECT_LT(pins([](int i) { return i % 8 < 6 ? 300.0 : 100.0; }), 0);
+  // Straddling the threshold but never under the release level (170/s): pins after >= 5 s.
+  double at = pins([](int i) { return i % 4 < 2 ? 300.0 : 170.0; });
+  EXPECT_GE(at, 5.0);
+  EXPECT_LE(at, 6.0);
 }
 
 TEST(RulesPolicy, FallsBackToBusBandwidthWithoutTransportProbes) {
