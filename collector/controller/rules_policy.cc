@@ -32,8 +32,7 @@ std::string fmt(const char* f, double a, double b) {
 
 }  // namespace
 
-RulesPolicy::Signal RulesPolicy::classify(const Features& f, Topology current,
-                                          std::string& why) const {
+RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) const {
   const RulesConfig& c = config_;
   if (f.has_transport) {
     if (f.queue_depth_p99 >= c.queue_depth_severe) {
@@ -56,11 +55,11 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, Topology current,
       why = fmt("rtt_p50=%.4fs >= %.4fs", f.rtt_p50_s, c.rtt_p50_high_s);
       return Signal::kCongested;
     }
-    const double own_best = busbw_best_[int(current)];
-    const bool bandwidth_back = f.busbw_window <= 0 || own_best <= 0 ||
-                                f.busbw_window >= c.busbw_clear_fraction * own_best;
+    // No bandwidth test here: a rung's bandwidth swings with CPU load on a shared host (the demo
+    // saw hierarchical at 0.75x its congested-phase best after the congestion lifted). A false
+    // all-clear costs one retry of the lower rung, and failed retries back off (decide()).
     if (f.queue_depth_p99 < c.queue_depth_low && f.rtt_jitter_s < c.rtt_jitter_low_s &&
-        f.rtt_p50_s < c.rtt_p50_low_s && bandwidth_back) {
+        f.rtt_p50_s < c.rtt_p50_low_s) {
       why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", f.rtt_p50_s,
                 f.rtt_jitter_s);
       return Signal::kClear;
@@ -93,15 +92,10 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   if (!f.has_steps) return d;
   // The window mean, not the latest reading: one slow step on a shared machine is not congestion.
   ring_busbw_best_ = std::max(ring_busbw_best_, f.busbw_window);
-  // Only once the window holds nothing from the previous topology (min_dwell spans the window).
-  if (last_switch_ns_ < 0 || now_ns - last_switch_ns_ >= config_.min_dwell.count()) {
-    double& best = busbw_best_[int(current.topology)];
-    best = std::max(best, f.busbw_window);
-  }
   if (cooldown_ns_ < 0) cooldown_ns_ = config_.cooldown.count();
 
   std::string why;
-  Signal signal = classify(f, current.topology, why);
+  Signal signal = classify(f, why);
   const int level = levelOf(current.topology);
   const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
 

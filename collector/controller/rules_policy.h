@@ -6,7 +6,6 @@
 // Pinning is moved once, from none, by migration and cross-node signals.
 #pragma once
 
-#include <array>
 #include <chrono>
 
 #include "collector/controller/policy.h"
@@ -29,8 +28,9 @@ struct RulesConfig {
   double rtt_p50_high_s = 0.003;
   double rtt_p50_low_s = 0.002;
   // Without transport probes: the window's bus bandwidth under this fraction of the best window
-  // seen counts as congestion, over `busbw_clear_fraction` as clear. With probes, the all-clear
-  // also needs the bandwidth back over `busbw_clear_fraction` (jitter alone relaxes too early).
+  // seen counts as congestion, over `busbw_clear_fraction` as clear. With probes the transport
+  // signals alone decide (a higher rung may never reach the ring's bandwidth, and bandwidth
+  // swings with CPU load); a false all-clear is caught by the failed-descent backoff below.
   double busbw_drop_fraction = 0.6;
   double busbw_clear_fraction = 0.85;
   int escalate_steps = 2;
@@ -64,7 +64,7 @@ class RulesPolicy final : public Policy {
 
  private:
   enum class Signal { kClear, kNeutral, kCongested, kSevere };
-  Signal classify(const Features& f, Topology current, std::string& why) const;
+  Signal classify(const Features& f, std::string& why) const;
 
   RulesConfig config_;
   int congested_steps_ = 0;
@@ -73,9 +73,6 @@ class RulesPolicy final : public Policy {
   int64_t clear_since_ns_ = -1;
   int64_t last_switch_ns_ = -1;
   double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)
-  // Best settled window bus bandwidth per topology: with probes, the all-clear compares the
-  // current topology with its own best, since a higher rung may never reach the ring's.
-  std::array<double, kTopologyCount> busbw_best_{};
   int64_t cooldown_ns_ = -1;  // the current all-clear cooldown (config_.cooldown, doubled on failure)
   int64_t last_descent_ns_ = -1;
 };
