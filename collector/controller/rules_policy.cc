@@ -58,7 +58,10 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) c
     // No bandwidth test here: a rung's bandwidth swings with CPU load on a shared host (the demo
     // saw hierarchical at 0.75x its congested-phase best after the congestion lifted). A false
     // all-clear costs one retry of the lower rung, and failed retries back off (decide()).
-    if (f.queue_depth_p99 < c.queue_depth_low && f.rtt_jitter_s < c.rtt_jitter_low_s &&
+    // Queued bytes are capped by the socket buffers (primed to wmem_max), so with large gradients
+    // they sit near the low threshold congested or not (8.29 MB in the demo's clear phase): only
+    // RTT needs to fall below its low thresholds; queue depth must merely not signal congestion.
+    if (f.queue_depth_p99 < c.queue_depth_high && f.rtt_jitter_s < c.rtt_jitter_low_s &&
         f.rtt_p50_s < c.rtt_p50_low_s) {
       why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", f.rtt_p50_s,
                 f.rtt_jitter_s);

@@ -20,7 +20,6 @@ struct RulesConfig {
   // 12 MiB gradients, but 6-13 ms vs 7-20 ms with 48 MiB ones; the RTT median separated every
   // case: 0.5-1.7 ms unshaped, 3-10 ms with intra-host TCP or an uplink throttled.
   double queue_depth_high = 16.0 * 1024 * 1024;  // bytes in flight (p99)
-  double queue_depth_low = 8.0 * 1024 * 1024;
   double queue_depth_severe = 64.0 * 1024 * 1024;
   double rtt_jitter_high_s = 0.020;
   double rtt_jitter_low_s = 0.010;
