@@ -22,7 +22,9 @@ struct RulesConfig {
   double queue_depth_high = 16.0 * 1024 * 1024;  // bytes in flight (p99)
   double queue_depth_severe = 64.0 * 1024 * 1024;
   double rtt_jitter_high_s = 0.020;
-  double rtt_jitter_low_s = 0.010;
+  // 15 ms, not 10: with 48 MiB gradients unshaped jitter ranged 6-13 ms, and the all-clear
+  // needs it low for a whole cooldown, so at 10 ms the demo never stepped back down.
+  double rtt_jitter_low_s = 0.015;
   double rtt_jitter_severe_s = 0.100;
   double rtt_p50_high_s = 0.003;
   double rtt_p50_low_s = 0.002;
