@@ -206,6 +206,7 @@ int run(int argc, char** argv) {
     cc.secret_file = cfg.secret_path;
     cc.job = cfg.job;
     cc.decisions_log = cfg.decisions_log;
+    cc.features_log = cfg.features_log;
     cc.writer = cfg.ingest_threads + 1;
     steering = controller::ControllerService::create(cc, store.get(), error);
     if (!steering) {

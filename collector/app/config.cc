@@ -122,6 +122,13 @@ const std::map<std::string, Setting>& settings() {
           c.decisions_log = v;
           return {};
         }}},
+      {"features_log",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (v.empty()) return "expected a file path for the controller's features log";
+          c.features_log = v;
+          return {};
+        }}},
       {"all",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -252,7 +259,7 @@ bool applyFile(const std::string& path, CollectorConfig& out, std::string& error
     if (it == settings().end() || key == "config") {
       error = where +
               "unknown key (known: listen, metrics, window, step, no_bpf, control, "
-              "control_mode, trainer, job, decisions_log, policy, upstream, secret, "
+              "control_mode, trainer, job, decisions_log, features_log, policy, upstream, secret, "
               "ingest_threads, max_series, rcvbuf, pid, "
               "cgroup, all, list_probes, log_level)";
       return false;
@@ -426,6 +433,7 @@ const char* collectorUsage() {
          "  --trainer HOST:PORT    trainer rank 0's control port (127.0.0.1:9472)\n"
          "  --job NAME             job to steer (default: the first job seen)\n"
          "  --decisions-log FILE   controller decisions as JSON lines\n"
+         "  --features-log FILE    what the controller saw, a JSON line every 2 s\n"
          "  --log-level debug|info|warn|error\n"
          "SIGHUP reloads --config (max series, upstream, log level); SIGTERM stops.\n";
 }

@@ -37,6 +37,7 @@ struct CollectorConfig {
   HostPort trainer{"127.0.0.1", 9472};  // trainer rank 0's control port
   std::string job;                      // job the controller steers; empty: first seen
   std::string decisions_log;            // controller decisions, JSON lines
+  std::string features_log;             // controller features every 2 s, JSON lines
   int ingest_threads = 2;
   size_t max_series = 100'000;
   size_t rcvbuf_bytes = 32u << 20;   // per ingest socket

@@ -54,6 +54,14 @@ std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig co
       return nullptr;
     }
   }
+  if (!config.features_log.empty()) {
+    s->features_log_ = std::fopen(config.features_log.c_str(), "a");
+    if (s->features_log_ == nullptr) {
+      error = "controller: cannot open features log '" + config.features_log +
+              "': " + std::strerror(errno) + " (choose a writable path)";
+      return nullptr;
+    }
+  }
   if (!config.job.empty()) s->extractor_ = std::make_unique<FeatureExtractor>(config.job);
   s->policy_ = std::move(policy);
   s->metrics_ = metrics;
@@ -63,6 +71,7 @@ std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig co
 
 ControllerService::~ControllerService() {
   if (log_ != nullptr) std::fclose(log_);
+  if (features_log_ != nullptr) std::fclose(features_log_);
 }
 
 void ControllerService::writeLog(const nlohmann::json& line) {
@@ -105,6 +114,13 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   const Features& f = extractor_->update(snaps, now_ns);
   if (!f.has_steps) return;
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
+  // What the policy saw, every kFeaturesLogEvery steps: thresholds are calibrated from these.
+  if (features_log_ && ++steps_seen_ % kFeaturesLogEvery == 0) {
+    nlohmann::json line = {{"job", f.job}, {"arm", armName(current)},
+                           {"features", featuresJson(f)}, {"wall_ns", wallClockNs()}};
+    std::fprintf(features_log_, "%s\n", line.dump().c_str());
+    std::fflush(features_log_);
+  }
 
   if (pending_) {
     if (f.epoch_min >= 0 && uint64_t(f.epoch_min) >= pending_->epoch && f.config_consistent) {

@@ -31,6 +31,8 @@ struct ControllerConfig {
   std::string secret;
   std::string job;            // empty: the job seen in the store (the first, sorted)
   std::string decisions_log;  // JSON lines, appended; empty: none
+  // The features the policy saw, a JSON line every 2 s (threshold calibration); empty: none.
+  std::string features_log;
   int writer = 0;             // the series store writer index reserved for the controller
   // A decision the trainer has not applied after this many steps is abandoned (logged and
   // counted in bpftrain_controller_abandoned_total); the policy then decides afresh.
@@ -94,6 +96,9 @@ class ControllerService {
   bool deferred_logged_ = false;
   std::optional<Arm> last_advice_;
   ControllerStats stats_;
+  static constexpr uint64_t kFeaturesLogEvery = 4;
+  uint64_t steps_seen_ = 0;
+  std::FILE* features_log_ = nullptr;
 };
 
 }  // namespace bpftrain::collector::controller
