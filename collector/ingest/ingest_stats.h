@@ -34,6 +34,11 @@ enum class DecodeReason : uint8_t {
 };
 
 inline DecodeReason fromWire(wire::DecodeError e) { return DecodeReason(uint8_t(e)); }
+// fromWire() is a cast: the mirrored values must stay in step with wire::DecodeError.
+static_assert(uint8_t(DecodeReason::kTruncated) == uint8_t(wire::DecodeError::kTruncated) &&
+                  uint8_t(DecodeReason::kBadName) == uint8_t(wire::DecodeError::kBadName) &&
+                  uint8_t(DecodeReason::kBadName) + 1 == uint8_t(wire::DecodeError::kCount),
+              "DecodeReason's first values must mirror wire::DecodeError one to one");
 
 inline std::string_view decodeReasonName(DecodeReason r) {
   switch (r) {
