@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,22 @@ class ProbeServiceTest : public ::testing::Test {
     EXPECT_NE(service, nullptr) << error;
     if (service) service->poll(registry_, nowNs());  // sync targets before the workload runs
     return service;
+  }
+
+  // Runs `target` as the only --pid target of a fresh service and polls once after it finished,
+  // so its events are in the store. Returns the workload's result; nullopt if it never got ready,
+  // the service did not start, or the workload outlived `timeout`.
+  std::optional<int64_t> runAsOnlyTarget(Child& target, std::chrono::seconds timeout) {
+    if (!target.ready(5s)) return std::nullopt;
+    ProbeOptions options;
+    options.pids = {target.pid()};
+    auto service = start(options);
+    if (!service) return std::nullopt;
+    target.go();
+    int64_t result = 0;
+    if (!target.result(result, timeout)) return std::nullopt;
+    service->poll(registry_, nowNs());
+    return result;
   }
 
   double total(const std::string& name, const LabelMap& labels) const {
@@ -190,15 +207,7 @@ TEST_F(ProbeServiceTest, CgroupTargetCountsItsProcesses) {
 TEST_F(ProbeServiceTest, FreshPagesFaultAtLeastOnceEach) {
   constexpr int64_t kPages = 5000;
   Child target([] {}, [] { return tests::bpf::touchFreshPages(kPages); });
-  ASSERT_TRUE(target.ready(5s));
-  ProbeOptions options;
-  options.pids = {target.pid()};
-  auto service = start(options);
-  ASSERT_NE(service, nullptr);
-  target.go();
-  int64_t touched = 0;
-  ASSERT_TRUE(target.result(touched, 20s));
-  service->poll(registry_, nowNs());
+  ASSERT_TRUE(runAsOnlyTarget(target, 20s));
   EXPECT_GE(total("bpftrain_page_faults", {{"job", "manual"}, {"rank", "0"}}), kPages);
   // bpf_stats: the probe's run count covers at least those events, with a run time.
   EXPECT_GE(total("bpftrain_probe_events", {{"probe", "page_faults"}}), kPages);
@@ -211,15 +220,9 @@ TEST_F(ProbeServiceTest, HugePageRegionCountsThpFaults) {
   if (mode.find("[never]") != std::string::npos || mode.empty())
     GTEST_SKIP() << "transparent huge pages disabled on this kernel: " << mode;
   Child target([] {}, [] { return tests::bpf::touchHugePages(8); });
-  ASSERT_TRUE(target.ready(5s));
-  ProbeOptions options;
-  options.pids = {target.pid()};
-  auto service = start(options);
-  ASSERT_NE(service, nullptr);
-  target.go();
-  int64_t huge = 0;
-  ASSERT_TRUE(target.result(huge, 20s));
-  service->poll(registry_, nowNs());
+  std::optional<int64_t> given = runAsOnlyTarget(target, 20s);
+  ASSERT_TRUE(given);
+  const int64_t huge = *given;
   std::printf("huge pages given by the kernel: %ld\n", static_cast<long>(huge));
   ASSERT_GT(huge, 0) << "kernel gave no huge page to a MADV_HUGEPAGE region (fragmented memory?)";
   EXPECT_GE(total("bpftrain_thp_faults", {{"job", "manual"}, {"rank", "0"}}), huge);
@@ -229,15 +232,9 @@ TEST_F(ProbeServiceTest, MunmapInMultithreadedProcessCountsShootdowns) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 online CPUs for a shootdown";
   constexpr int64_t kRounds = 2000;
   Child target([] {}, [] { return tests::bpf::tlbShootdowns(kRounds); });
-  ASSERT_TRUE(target.ready(5s));
-  ProbeOptions options;
-  options.pids = {target.pid()};
-  auto service = start(options);
-  ASSERT_NE(service, nullptr);
-  target.go();
-  int64_t rounds = 0;
-  ASSERT_TRUE(target.result(rounds, 30s));
-  service->poll(registry_, nowNs());
+  std::optional<int64_t> done = runAsOnlyTarget(target, 30s);
+  ASSERT_TRUE(done);
+  const int64_t rounds = *done;
   for (const auto& s : store_->snapshot(nowNs()))
     if (s.name == "bpftrain_tlb_flushes")
       for (const auto& [k, v] : s.labels)
