@@ -63,6 +63,36 @@ bool waitReadable(int fd, Clock::time_point deadline) {
   return poll(&pfd, 1, int(left.count())) > 0;
 }
 
+// A TCP listener on addr, port chosen by the kernel (written to `port`); -1 on failure.
+int listenOn(const std::string& addr, uint16_t& port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+  socklen_t len = sizeof a;
+  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0 ||
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(s);
+    return -1;
+  }
+  port = ntohs(a.sin_port);
+  return s;
+}
+
+// A TCP connection to addr:port; -1 on failure.
+int connectTo(const std::string& addr, uint16_t port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+  if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string sourceDir() {
@@ -151,18 +181,10 @@ double tcpRateMbps(const std::string& from, const std::string& to, const std::st
   auto port_f = port_p.get_future();
   std::atomic<double> rate{-1};
   std::thread rx([&] {
-    if (!enterNetns(to)) return port_p.set_value(0);
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, to_addr.c_str(), &a.sin_addr);
-    socklen_t len = sizeof a;
-    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0 ||
-        getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      close(s);
-      return port_p.set_value(0);
-    }
-    port_p.set_value(ntohs(a.sin_port));
+    uint16_t bound = 0;
+    int s = enterNetns(to) ? listenOn(to_addr, bound) : -1;
+    if (s < 0) return port_p.set_value(0);
+    port_p.set_value(bound);
     if (!waitReadable(s, Clock::now() + std::chrono::seconds(10))) return (void)close(s);
     int c = accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
     close(s);
@@ -185,13 +207,8 @@ double tcpRateMbps(const std::string& from, const std::string& to, const std::st
   bool sent = false;
   if (port != 0) {
     std::thread tx([&] {
-      if (!enterNetns(from)) return;
-      int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(port);
-      inet_pton(AF_INET, to_addr.c_str(), &a.sin_addr);
-      if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return (void)close(s);
+      int s = enterNetns(from) ? connectTo(to_addr, port) : -1;
+      if (s < 0) return;
       std::vector<char> buf(256 << 10, 'x');
       auto end = Clock::now() + std::chrono::duration<double>(seconds);
       while (Clock::now() < end) {
@@ -212,18 +229,10 @@ bool tcpEcho(const std::string& from, const std::string& to, const std::string& 
   auto port_f = port_p.get_future();
   std::atomic<bool> ok{false};
   std::thread srv([&] {
-    if (!enterNetns(to)) return port_p.set_value(0);
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, to_addr.c_str(), &a.sin_addr);
-    socklen_t len = sizeof a;
-    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0) {
-      close(s);
-      return port_p.set_value(0);
-    }
-    getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-    port_p.set_value(ntohs(a.sin_port));
+    uint16_t bound = 0;
+    int s = enterNetns(to) ? listenOn(to_addr, bound) : -1;
+    if (s < 0) return port_p.set_value(0);
+    port_p.set_value(bound);
     if (!waitReadable(s, Clock::now() + std::chrono::seconds(5))) return (void)close(s);
     int c = accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
     close(s);
@@ -235,14 +244,10 @@ bool tcpEcho(const std::string& from, const std::string& to, const std::string& 
   uint16_t port = port_f.get();
   if (port != 0) {
     std::thread cli([&] {
-      if (!enterNetns(from)) return;
-      int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(port);
-      inet_pton(AF_INET, to_addr.c_str(), &a.sin_addr);
+      int s = enterNetns(from) ? connectTo(to_addr, port) : -1;
+      if (s < 0) return;
       char b = 'e', r = 0;
-      if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && write(s, &b, 1) == 1 &&
+      if (write(s, &b, 1) == 1 &&
           waitReadable(s, Clock::now() + std::chrono::seconds(5)) && read(s, &r, 1) == 1)
         ok = r == 'e';
       close(s);
