@@ -20,15 +20,17 @@ struct Switch {
   std::string reason;
 };
 
-// Drives the policy with one JobState per 500 ms step from `state(t)`; decisions apply at once.
-std::vector<Switch> run(RulesPolicy& p, double seconds, const std::function<JobState(double)>& state,
-                        Arm start = {}) {
+// Drives the policy with one JobState per 500 ms step from `state(t, current arm)` (signals
+// that depend on the topology running); decisions apply at once.
+std::vector<Switch> runOnArm(RulesPolicy& p, double seconds,
+                             const std::function<JobState(double, const Arm&)>& state,
+                             Arm start = {}) {
   std::vector<Switch> out;
   Arm cur = start;
   FeatureExtractor ex("j");
   for (int64_t ns = 0; ns <= int64_t(seconds * 1e9); ns += kStepNs) {
     double t = double(ns) * 1e-9;
-    JobState j = state(t);
+    JobState j = state(t, cur);
     j.topology = int(cur.topology);
     j.pinning = int(cur.pinning);
     Decision d = p.decide(ex.update(snapshotsOf(j), ns), cur, ns);
@@ -38,6 +40,12 @@ std::vector<Switch> run(RulesPolicy& p, double seconds, const std::function<JobS
     }
   }
   return out;
+}
+
+// The same for signals that do not depend on the topology.
+std::vector<Switch> run(RulesPolicy& p, double seconds, const std::function<JobState(double)>& state,
+                        Arm start = {}) {
+  return runOnArm(p, seconds, [&](double t, const Arm&) { return state(t); }, start);
 }
 
 // Levels as the TCP probes measured them on netlab (see RulesConfig).
@@ -79,23 +87,11 @@ TEST(RulesPolicy, SwitchesUnderCongestionAndComesBackAfterIt) {
 // samples/s after the congestion lifted): the all-clear compares it with its own best.
 TEST(RulesPolicy, StepsBackDownWhenTheHigherRungNeverReachesTheRingsBandwidth) {
   RulesPolicy q;
-  std::vector<Switch> sw2;
-  {
-    Arm a;
-    FeatureExtractor ex("j");
-    for (int64_t ns = 0; ns <= 120'000'000'000; ns += kStepNs) {
-      double t = double(ns) * 1e-9;
-      JobState j = t >= 20 && t < 60 ? congested() : clear();
-      j.busbw = a.topology == Topology::kHierarchical ? 0.45e9 : (t >= 20 && t < 60 ? 0.3e9 : 1e9);
-      j.topology = int(a.topology);
-      j.pinning = int(a.pinning);
-      Decision d = q.decide(ex.update(snapshotsOf(j), ns), a, ns);
-      if (d.change) {
-        sw2.push_back({t, d.to, std::string(d.reason)});
-        a = d.to;
-      }
-    }
-  }
+  auto sw2 = runOnArm(q, 120, [](double t, const Arm& a) {
+    JobState j = t >= 20 && t < 60 ? congested() : clear();
+    j.busbw = a.topology == Topology::kHierarchical ? 0.45e9 : (t >= 20 && t < 60 ? 0.3e9 : 1e9);
+    return j;
+  });
   ASSERT_EQ(sw2.size(), 2u);
   EXPECT_EQ(sw2[0].to.topology, Topology::kHierarchical);
   EXPECT_EQ(sw2[1].to.topology, Topology::kRing);
@@ -108,21 +104,12 @@ TEST(RulesPolicy, StepsBackDownWhenTheHigherRungNeverReachesTheRingsBandwidth) {
 // to climb back doubles the cooldown, so the ring is retried ever more rarely.
 TEST(RulesPolicy, FailedStepsDownBackOff) {
   RulesPolicy p;
-  Arm a;
-  FeatureExtractor ex("j");
   std::vector<double> descents;
-  for (int64_t ns = 0; ns <= 200'000'000'000; ns += kStepNs) {
-    double t = double(ns) * 1e-9;
-    const bool congested_link = t >= 10;  // never lifts
-    JobState j = congested_link && a.topology == Topology::kRing ? congested() : clear();
-    j.topology = int(a.topology);
-    j.pinning = int(a.pinning);
-    Decision d = p.decide(ex.update(snapshotsOf(j), ns), a, ns);
-    if (d.change) {
-      if (d.to.topology == Topology::kRing) descents.push_back(t);
-      a = d.to;
-    }
-  }
+  for (const Switch& sw : runOnArm(p, 200, [](double t, const Arm& a) {
+         const bool congested_link = t >= 10;  // never lifts
+         return congested_link && a.topology == Topology::kRing ? congested() : clear();
+       }))
+    if (sw.to.topology == Topology::kRing) descents.push_back(sw.t);
   ASSERT_GE(descents.size(), 3u);
   // Gaps between retries grow: 10 s cooldown, then 20, 40, 80 (plus dwell and detection).
   for (size_t i = 2; i < descents.size(); ++i)
