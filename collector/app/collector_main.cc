@@ -17,20 +17,16 @@
 #include "collector/app/config.h"
 #include "collector/app/log.h"
 #include "collector/app/self_metrics.h"
+#include "collector/controller/controller_service.h"
 #include "collector/export/metrics_server.h"
 #include "collector/export/window_collectable.h"
 #include "collector/ingest/sender_registry.h"
 #include "collector/ingest/udp_ingest.h"
+#include "collector/upstream/forwarder.h"
+#include "collector/upstream/summary_codec.h"
 #include "collector/window/series_store.h"
 #ifdef BPFTRAIN_HAVE_LOADER
 #include "collector/loader/probe_service.h"
-#endif
-#ifdef BPFTRAIN_HAVE_UPSTREAM
-#include "collector/upstream/forwarder.h"
-#include "collector/upstream/summary_codec.h"
-#endif
-#ifdef BPFTRAIN_HAVE_CONTROLLER
-#include "collector/controller/controller_service.h"
 #endif
 
 namespace bpftrain::collector::app {
@@ -95,11 +91,9 @@ int run(int argc, char** argv) {
   io.port = cfg.listen.port;
   io.threads = cfg.ingest_threads;
   io.rcvbuf_bytes = int(cfg.rcvbuf_bytes);
-#ifdef BPFTRAIN_HAVE_UPSTREAM
   // Any collector can be a parent: children's window summaries merge into this store.
   io.dispatch.summary = [](const wire::FrameView& f, window::SeriesStore& s, int writer,
                            int64_t now) { return upstream::applySummary(f, s, writer, now); };
-#endif
   auto udp = ingest::UdpIngest::start(io, *store, registry, error);
   if (!udp) {
     std::fprintf(stderr, "bpftrain-collector: %s\n", error.c_str());
@@ -160,7 +154,6 @@ int run(int argc, char** argv) {
   }
 #endif
 
-#ifdef BPFTRAIN_HAVE_UPSTREAM
   // The forwarder runs its own thread, sending each step once it has ended.
   std::unique_ptr<upstream::UpstreamForwarder> forwarder;
   std::shared_ptr<prometheus::Collectable> forwarder_metrics;
@@ -189,13 +182,7 @@ int run(int argc, char** argv) {
     logf(LogLevel::kInfo, "upstream", "forwarding window summaries to %s", to->str().c_str());
   };
   startUpstream(cfg.upstream);
-#else
-  if (cfg.upstream) {
-    logf(LogLevel::kWarn, "upstream", "built without collector/upstream: --upstream ignored");
-  }
-#endif
 
-#ifdef BPFTRAIN_HAVE_CONTROLLER
   // The controller reads the windows each step and steers the trainer through its control port.
   std::unique_ptr<controller::ControllerService> steering;
   if (cfg.control) {
@@ -219,13 +206,6 @@ int run(int argc, char** argv) {
          cfg.decisions_log.empty() ? "" : ", decisions log ", cfg.decisions_log.c_str());
     listeners.push_back({"controller", [&](int64_t now) { steering->onStep(*store, now); }});
   }
-#else
-  if (cfg.control) {
-    logf(LogLevel::kWarn, "controller",
-         "built without collector/controller: --control ignored "
-         "(bpftrain_collector_feature_enabled{feature=\"controller\"} = 0)");
-  }
-#endif
 
   // Tests and scripts parse this line for the bound ports (--listen/--metrics with port 0).
   std::printf("bpftrain-collector: listening udp=%s:%u metrics=%s:%d threads=%d window=%" PRId64
@@ -277,12 +257,8 @@ int run(int argc, char** argv) {
       note(applied, "log_level");
     }
     if (fresh.upstream != cfg.upstream) {
-#ifdef BPFTRAIN_HAVE_UPSTREAM
       startUpstream(fresh.upstream);
       note(applied, "upstream");
-#else
-      note(restart, "upstream");
-#endif
     }
     if (fresh.max_series != cfg.max_series) note(restart, "max_series");
     if (fresh.listen != cfg.listen) note(restart, "listen");
@@ -308,9 +284,7 @@ int run(int argc, char** argv) {
   }
 
   listeners.clear();
-#ifdef BPFTRAIN_HAVE_UPSTREAM
   if (forwarder) forwarder->stop();
-#endif
   udp->stop();  // joins the ingest threads, then the sockets close with *udp
   logf(LogLevel::kInfo, kLog, "stopped");
   return 0;
