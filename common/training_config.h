@@ -6,6 +6,8 @@
 #include <optional>
 #include <string_view>
 
+#include "common/enum_names.h"
+
 namespace bpftrain {
 
 enum class Topology : uint8_t { kRing = 0, kHalvingDoubling = 1, kBcube = 2, kHierarchical = 3 };
@@ -14,36 +16,29 @@ inline constexpr int kTopologyCount = 4;
 enum class PinMode : uint8_t { kNone = 0, kCompact = 1, kSpread = 2, kNuma = 3 };
 inline constexpr int kPinModeCount = 4;
 
-inline constexpr std::string_view topologyName(Topology t) {
-  switch (t) {
-    case Topology::kRing: return "ring";
-    case Topology::kHalvingDoubling: return "halving-doubling";
-    case Topology::kBcube: return "bcube";
-    case Topology::kHierarchical: return "hierarchical";
-  }
-  return "unknown";
-}
+inline constexpr auto kTopologyNames = enumNames<Topology>({
+    {Topology::kRing, "ring"},
+    {Topology::kHalvingDoubling, "halving-doubling"},
+    {Topology::kBcube, "bcube"},
+    {Topology::kHierarchical, "hierarchical"},
+});
+static_assert(kTopologyNames.size() == kTopologyCount);
 
-inline constexpr std::string_view pinModeName(PinMode p) {
-  switch (p) {
-    case PinMode::kNone: return "none";
-    case PinMode::kCompact: return "compact";
-    case PinMode::kSpread: return "spread";
-    case PinMode::kNuma: return "numa";
-  }
-  return "unknown";
-}
+inline constexpr auto kPinModeNames = enumNames<PinMode>({
+    {PinMode::kNone, "none"},
+    {PinMode::kCompact, "compact"},
+    {PinMode::kSpread, "spread"},
+    {PinMode::kNuma, "numa"},
+});
+static_assert(kPinModeNames.size() == kPinModeCount);
 
-inline std::optional<Topology> parseTopology(std::string_view s) {
-  for (int i = 0; i < kTopologyCount; ++i)
-    if (topologyName(Topology(i)) == s) return Topology(i);
-  return std::nullopt;
+inline constexpr std::string_view topologyName(Topology t) { return kTopologyNames.name(t); }
+inline constexpr std::string_view pinModeName(PinMode p) { return kPinModeNames.name(p); }
+inline constexpr std::optional<Topology> parseTopology(std::string_view s) {
+  return kTopologyNames.parse(s);
 }
-
-inline std::optional<PinMode> parsePinMode(std::string_view s) {
-  for (int i = 0; i < kPinModeCount; ++i)
-    if (pinModeName(PinMode(i)) == s) return PinMode(i);
-  return std::nullopt;
+inline constexpr std::optional<PinMode> parsePinMode(std::string_view s) {
+  return kPinModeNames.parse(s);
 }
 
 }  // namespace bpftrain

@@ -57,23 +57,6 @@ MetricInfo metricInfo(MetricId id) {
   return {"", SampleType::kGauge};
 }
 
-std::string_view decodeErrorName(DecodeError e) {
-  switch (e) {
-    case DecodeError::kNone: return "none";
-    case DecodeError::kTruncated: return "truncated";
-    case DecodeError::kOversized: return "oversized";
-    case DecodeError::kBadMagic: return "bad_magic";
-    case DecodeError::kBadVersion: return "bad_version";
-    case DecodeError::kUnknownKind: return "unknown_kind";
-    case DecodeError::kCountOverrun: return "count_overrun";
-    case DecodeError::kUnknownMetric: return "unknown_metric";
-    case DecodeError::kNonFinite: return "non_finite";
-    case DecodeError::kBadName: return "bad_name";
-    case DecodeError::kCount: break;
-  }
-  return "unknown";
-}
-
 bool isValidName(std::string_view s) {
   if (s.empty()) return false;
   for (size_t i = 0; i < s.size(); ++i) {

@@ -10,6 +10,8 @@
 #include <span>
 #include <string_view>
 
+#include "common/enum_names.h"
+
 namespace bpftrain::wire {
 
 inline constexpr uint32_t kMagic = 0x4E525442;  // "BTRN" in little-endian byte order
@@ -107,7 +109,22 @@ enum class DecodeError : uint8_t {
   kBadName,
   kCount,
 };
-std::string_view decodeErrorName(DecodeError e);
+inline constexpr auto kDecodeErrorNames = enumNames<DecodeError>({
+    {DecodeError::kNone, "none"},
+    {DecodeError::kTruncated, "truncated"},
+    {DecodeError::kOversized, "oversized"},
+    {DecodeError::kBadMagic, "bad_magic"},
+    {DecodeError::kBadVersion, "bad_version"},
+    {DecodeError::kUnknownKind, "unknown_kind"},
+    {DecodeError::kCountOverrun, "count_overrun"},
+    {DecodeError::kUnknownMetric, "unknown_metric"},
+    {DecodeError::kNonFinite, "non_finite"},
+    {DecodeError::kBadName, "bad_name"},
+});
+static_assert(kDecodeErrorNames.size() == size_t(DecodeError::kCount));
+inline constexpr std::string_view decodeErrorName(DecodeError e) {
+  return kDecodeErrorNames.name(e);
+}
 
 // ---- encoding: each returns bytes written, 0 if `out` is too small or an input is out of bounds.
 size_t encodeSamples(std::span<uint8_t> out, uint64_t sender_id, uint32_t sequence,
