@@ -20,7 +20,7 @@ struct ProbeOptions {
   bool all_processes = false;        // --all
   std::vector<pid_t> pids;           // --pid (repeatable); job="manual", rank=pid's index
   std::vector<std::string> cgroups;  // --cgroup PATH (repeatable)
-  // Added by the loader (defaults are what the collector wants):
+  // Tuning (the defaults are what the collector wants):
   bool bpf_stats = true;                         // export probe run time (BPF_ENABLE_STATS)
   uint64_t tcp_sample_interval_ns = 1'000'000;   // at most one queue-depth sample per socket per ms
   uint64_t pmu_sample_period = 10'000;           // PMU events per BPF run (where a PMU exists)
