@@ -89,7 +89,7 @@ TEST(StatsdParse, LabelFloodBounded) {
   std::string line = "a:1|c|#";
   for (size_t i = 0; i <= kMaxStatsdTags; ++i) line += "k" + std::to_string(i) + ":v,";
   EXPECT_EQ(parseErr(line), DecodeReason::kLabelFlood);
-  EXPECT_EQ(parseErr("a:1|c|#k:" + std::string(kMaxStatsdTagValueLength + 1, 'v')),
+  EXPECT_EQ(parseErr(std::string("a:1|c|#k:").append(kMaxStatsdTagValueLength + 1, 'v')),
             DecodeReason::kLabelFlood);
 }
 
@@ -115,7 +115,7 @@ TEST(StatsdParse, DecimalFastPathMatchesFromChars) {
   for (int i = 0; i < 200000; ++i) {
     std::string v = std::to_string(rng() % 1000000000000000ull);
     int frac = int(rng() % 8);
-    if (frac > 0 && size_t(frac) < v.size()) v.insert(v.size() - size_t(frac), ".");
+    if (frac > 0 && size_t(frac) < v.size()) v.insert(v.size() - size_t(frac), 1, '.');
     if (rng() % 2) v = "-" + v;
     StatsdLine l;
     ASSERT_FALSE(parseStatsdLine("x:" + v + "|g", l).has_value()) << v;
