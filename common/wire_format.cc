@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/metric_catalogue.h"
+
 namespace bpftrain::wire {
 namespace {
 
@@ -37,22 +39,24 @@ size_t finishFrame(std::span<uint8_t> out, FrameKind kind, uint64_t sender, uint
 
 MetricInfo metricInfo(MetricId id) {
   switch (id) {
-    case MetricId::kStepSeconds: return {"step_seconds", SampleType::kTimer};
-    case MetricId::kAllreduceSeconds: return {"allreduce_seconds", SampleType::kTimer};
-    case MetricId::kAllreduceBytes: return {"allreduce_bytes", SampleType::kCounter};
+    case MetricId::kStepSeconds: return {metrics::kStepSeconds.name, SampleType::kTimer};
+    case MetricId::kAllreduceSeconds: return {metrics::kAllreduceSeconds.name, SampleType::kTimer};
+    case MetricId::kAllreduceBytes: return {metrics::kAllreduceBytes.name, SampleType::kCounter};
     case MetricId::kAllreduceBusbwBytesPerSecond:
-      return {"allreduce_busbw_bytes_per_second", SampleType::kGauge};
-    case MetricId::kSamplesPerSecond: return {"samples_per_second", SampleType::kGauge};
-    case MetricId::kLoss: return {"loss", SampleType::kGauge};
-    case MetricId::kAccuracy: return {"accuracy", SampleType::kGauge};
-    case MetricId::kTopology: return {"topology", SampleType::kGauge};
-    case MetricId::kPinning: return {"pinning", SampleType::kGauge};
-    case MetricId::kConfigEpoch: return {"config_epoch", SampleType::kGauge};
-    case MetricId::kAnonHugePagesBytes: return {"anon_hugepages_bytes", SampleType::kGauge};
-    case MetricId::kTelemetryDropped: return {"telemetry_dropped", SampleType::kCounter};
-    case MetricId::kCheckpointActive: return {"checkpoint_active", SampleType::kGauge};
-    case MetricId::kStep: return {"step", SampleType::kGauge};
-    case MetricId::kControlRejected: return {"control_rejected", SampleType::kCounter};
+      return {metrics::kAllreduceBusbw.name, SampleType::kGauge};
+    case MetricId::kSamplesPerSecond: return {metrics::kSamplesPerSecond.name, SampleType::kGauge};
+    case MetricId::kLoss: return {metrics::kLoss.name, SampleType::kGauge};
+    case MetricId::kAccuracy: return {metrics::kAccuracy.name, SampleType::kGauge};
+    case MetricId::kTopology: return {metrics::kTopology.name, SampleType::kGauge};
+    case MetricId::kPinning: return {metrics::kPinning.name, SampleType::kGauge};
+    case MetricId::kConfigEpoch: return {metrics::kConfigEpoch.name, SampleType::kGauge};
+    case MetricId::kAnonHugePagesBytes:
+      return {metrics::kAnonHugePagesBytes.name, SampleType::kGauge};
+    case MetricId::kTelemetryDropped:
+      return {metrics::kTelemetryDropped.name, SampleType::kCounter};
+    case MetricId::kCheckpointActive: return {metrics::kCheckpointActive.name, SampleType::kGauge};
+    case MetricId::kStep: return {metrics::kStep.name, SampleType::kGauge};
+    case MetricId::kControlRejected: return {metrics::kControlRejected.name, SampleType::kCounter};
   }
   return {"", SampleType::kGauge};
 }

@@ -53,7 +53,7 @@ enum class MetricId : uint16_t {
 
 enum class SampleType : uint8_t { kGauge = 0, kCounter = 1, kTimer = 2 };
 
-// Canonical metric name (without the bpftrain_ prefix) and type of a binary metric id;
+// Stored metric name (from common/metric_catalogue.h) and sample type of a binary metric id;
 // empty name for an unknown id.
 struct MetricInfo {
   std::string_view name;

@@ -4,15 +4,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/hmac.h"
 
 namespace bpftrain::collector::controller {
-
-std::optional<ControlMode> parseControlMode(std::string_view s) {
-  if (s == "act") return ControlMode::kAct;
-  if (s == "advise") return ControlMode::kAdvise;
-  return std::nullopt;
-}
 
 std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig config,
                                                              window::SeriesStore* metrics,
@@ -82,23 +77,24 @@ void ControllerService::writeLog(const nlohmann::json& line) {
   std::fflush(log_);
 }
 
-void ControllerService::count(std::string_view name, std::initializer_list<window::Label> labels,
-                              double value, int64_t now_ns, window::SeriesKind kind) {
+void ControllerService::count(const metrics::MetricDef& metric,
+                              std::initializer_list<window::Label> labels, double value,
+                              int64_t now_ns) {
   if (metrics_ == nullptr) return;
-  window::SeriesId id =
-      metrics_->lookup(name, std::span<const window::Label>(labels.begin(), labels.size()), kind);
+  window::SeriesId id = window::lookupMetric(
+      *metrics_, metric, std::span<const window::Label>(labels.begin(), labels.size()));
   if (id != window::kRejectedSeries) metrics_->record(config_.writer, id, value, now_ns);
 }
 
 void ControllerService::send(const Pending& p, int64_t now_ns) {
   std::string error;
-  if (channel_->send(p.epoch, uint8_t(p.to.topology), uint8_t(p.to.pinning), wallClockNs(),
+  if (channel_->send(p.epoch, uint8_t(p.to.topology), uint8_t(p.to.pinning), realtimeNowNs(),
                      error)) {
     ++stats_.sends;
-    count("bpftrain_controller_sends", {{"result", "ok"}}, 1, now_ns);
+    count(metrics::kControllerSends, {{"result", "ok"}}, 1, now_ns);
   } else {
     ++stats_.send_errors;
-    count("bpftrain_controller_sends", {{"result", "error"}}, 1, now_ns);
+    count(metrics::kControllerSends, {{"result", "error"}}, 1, now_ns);
     std::fprintf(stderr, "%s (retrying next step)\n", error.c_str());
   }
 }
@@ -117,7 +113,7 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   // What the policy saw, every kFeaturesLogEvery steps: thresholds are calibrated from these.
   if (features_log_ && ++steps_seen_ % kFeaturesLogEvery == 0) {
     nlohmann::json line = {{"job", f.job}, {"arm", armName(current)},
-                           {"features", featuresJson(f)}, {"wall_ns", wallClockNs()}};
+                           {"features", featuresJson(f)}, {"wall_ns", realtimeNowNs()}};
     std::fprintf(features_log_, "%s\n", line.dump().c_str());
     std::fflush(features_log_);
   }
@@ -126,21 +122,20 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
     if (f.epoch_min >= 0 && uint64_t(f.epoch_min) >= pending_->epoch && f.config_consistent) {
       double latency_s = double(now_ns - pending_->decided_ns) * 1e-9;
       ++stats_.applied;
-      count("bpftrain_controller_apply_seconds", {}, latency_s, now_ns,
-            window::SeriesKind::kDistribution);
+      count(metrics::kControllerApplySeconds, {}, latency_s, now_ns);
       writeLog({{"event", "applied"},
                 {"job", f.job},
                 {"epoch", pending_->epoch},
                 {"to", armName(pending_->to)},
                 {"apply_latency_s", latency_s},
                 {"retries", pending_->retries},
-                {"wall_ns", wallClockNs()}});
+                {"wall_ns", realtimeNowNs()}});
       pending_.reset();
     } else if (f.checkpoint_active) {
       return;  // the trainer applies nothing mid-checkpoint; resend afterwards
     } else if (++pending_->retries > config_.max_retries) {
       ++stats_.abandoned;
-      count("bpftrain_controller_abandoned", {}, 1, now_ns);
+      count(metrics::kControllerAbandoned, {}, 1, now_ns);
       std::fprintf(stderr,
                    "controller: trainer did not apply epoch %llu after %d sends; is it running "
                    "with --adaptive and the same --secret? deciding afresh\n",
@@ -150,7 +145,7 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
                 {"epoch", pending_->epoch},
                 {"to", armName(pending_->to)},
                 {"trainer_epoch", f.epoch_min},
-                {"wall_ns", wallClockNs()}});
+                {"wall_ns", realtimeNowNs()}});
       pending_.reset();
     } else {
       send(*pending_, now_ns);
@@ -160,7 +155,7 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
 
   if (f.checkpoint_active) {
     ++stats_.deferred_checkpoint;
-    count("bpftrain_controller_deferred", {{"reason", "checkpoint"}}, 1, now_ns);
+    count(metrics::kControllerDeferred, {{"reason", "checkpoint"}}, 1, now_ns);
     return;
   }
   if (!f.config_consistent) return;  // ranks still disagree: a switch is in flight
@@ -178,7 +173,7 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
                                       last_epoch_sent_) + 1;
   ++stats_.decisions;
   std::string from = armName(current), to = armName(d.to);
-  count("bpftrain_controller_decisions",
+  count(metrics::kControllerDecisions,
         {{"from", from}, {"to", to}, {"reason", d.reason}}, 1, now_ns);
   std::fprintf(stderr, "controller: %s %s -> %s (%.*s: %s)\n",
                config_.mode == ControlMode::kAdvise ? "advises" : "switches", from.c_str(),
@@ -194,7 +189,7 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
             {"detail", d.detail},
             {"decide_latency_us", decide_us},
             {"features", featuresJson(f)},
-            {"wall_ns", wallClockNs()}});
+            {"wall_ns", realtimeNowNs()}});
   if (config_.mode == ControlMode::kAdvise) return;
   last_epoch_sent_ = epoch;
   pending_ = Pending{epoch, current, d.to, now_ns, 0};

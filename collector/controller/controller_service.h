@@ -14,14 +14,13 @@
 #include <string>
 
 #include "collector/controller/control_channel.h"
+#include "collector/controller/control_mode.h"
 #include "collector/controller/features.h"
 #include "collector/controller/policy.h"
 #include "collector/window/series_store.h"
+#include "common/metric_catalogue.h"
 
 namespace bpftrain::collector::controller {
-
-enum class ControlMode : uint8_t { kAct, kAdvise };
-std::optional<ControlMode> parseControlMode(std::string_view s);  // "act" | "advise"
 
 struct ControllerConfig {
   std::string policy = "rules";  // rules | bandit
@@ -80,8 +79,8 @@ class ControllerService {
   };
   ControllerService() = default;
   void writeLog(const nlohmann::json& line);
-  void count(std::string_view name, std::initializer_list<window::Label> labels, double value,
-             int64_t now_ns, window::SeriesKind kind = window::SeriesKind::kCounter);
+  void count(const metrics::MetricDef& metric, std::initializer_list<window::Label> labels,
+             double value, int64_t now_ns);
   void send(const Pending& p, int64_t now_ns);
 
   ControllerConfig config_;

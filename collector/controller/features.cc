@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "common/metric_catalogue.h"
+
 namespace bpftrain::collector::controller {
 namespace {
 
@@ -56,7 +58,7 @@ int rankOf(const SeriesSnapshot& s) {
 std::vector<std::string> jobsIn(std::span<const SeriesSnapshot> snapshots) {
   std::set<std::string> jobs;
   for (const SeriesSnapshot& s : snapshots) {
-    if (baseName(s.name) != "bpftrain_step_seconds" || s.count == 0) continue;
+    if (baseName(s.name) != metrics::kStepSeconds.name || s.count == 0) continue;
     if (const std::string* j = label(s, "job")) jobs.insert(*j);
   }
   return {jobs.begin(), jobs.end()};
@@ -81,24 +83,23 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
 
   for (const SeriesSnapshot& s : snapshots) {
     if (!forJob(s, job)) continue;
-    std::string_view name = baseName(s.name);
-    if (name.substr(0, 9) != "bpftrain_") continue;
-    name.remove_prefix(9);
+    const std::string_view name = baseName(s.name);
+    namespace m = metrics;
     // Gauges without a sample in the window are stale (the rank stopped reporting).
     bool fresh = s.count > 0;
 
-    if (name == "step_seconds" && fresh) {
+    if (name == m::kStepSeconds.name && fresh) {
       ranks.insert(rankOf(s));
       f.step_p50_s = std::max(f.step_p50_s, quantile(s, 0.5));
       f.step_p99_s = std::max(f.step_p99_s, quantile(s, 0.99));
       step_sum += s.sum;
-    } else if (name == "allreduce_seconds" && fresh) {
+    } else if (name == m::kAllreduceSeconds.name && fresh) {
       allreduce_sum += s.sum;
-    } else if (name == "topology" && fresh) {
+    } else if (name == m::kTopology.name && fresh) {
       topologies.insert(int(std::lround(s.last)));
-    } else if (name == "pinning" && fresh) {
+    } else if (name == m::kPinning.name && fresh) {
       pinnings.insert(int(std::lround(s.last)));
-    } else if (name == "topology_info" && fresh && s.last > 0.5) {
+    } else if (name == m::kTopologyInfo.name && fresh && s.last > 0.5) {
       if (const std::string* t = label(s, "topology")) {
         ++topology_info[*t];
         if (s.last_update_ns > topology_info_newest) {
@@ -106,43 +107,47 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
           topology_info_name = *t;
         }
       }
-    } else if (name == "config_epoch" && fresh) {
+    } else if (name == m::kConfigEpoch.name && fresh) {
       int64_t e = std::llround(s.last);
       f.epoch_min = f.epoch_min < 0 ? e : std::min(f.epoch_min, e);
       f.epoch_max = std::max(f.epoch_max, e);
-    } else if (name == "checkpoint_active" && fresh) {
+    } else if (name == m::kCheckpointActive.name && fresh) {
       if (s.last > 0.5) f.checkpoint_active = true;
-    } else if (name == "allreduce_busbw_bytes_per_second" && fresh) {
+    } else if (name == m::kAllreduceBusbw.name && fresh) {
       busbw_sum += s.last;
       busbw_window_sum += mean(s);
       ++busbw_n;
-    } else if (name == "samples_per_second" && fresh) {
+    } else if (name == m::kSamplesPerSecond.name && fresh) {
       f.samples_per_s += s.last;
       f.samples_per_s_window += mean(s);
-    } else if (name == "transport_queue_depth" && fresh) {
+    } else if (name == m::kTransportQueuedBytes.name && fresh) {
       f.has_transport = true;
-      f.queue_depth_p99 = std::max(f.queue_depth_p99, quantile(s, 0.99));
-    } else if (name == "transport_rtt_seconds" && fresh) {
+      f.queued_bytes_p99 = std::max(f.queued_bytes_p99, quantile(s, 0.99));
+    } else if (name == m::kTransportOutstandingWorkRequests.name && fresh) {
+      f.has_transport = true;
+      f.outstanding_work_requests_p99 =
+          std::max(f.outstanding_work_requests_p99, quantile(s, 0.99));
+    } else if (name == m::kTransportRttSeconds.name && fresh) {
       f.has_transport = true;
       double p50 = quantile(s, 0.5), p99 = quantile(s, 0.99);
       f.rtt_p50_s = std::max(f.rtt_p50_s, p50);
       f.rtt_p99_s = std::max(f.rtt_p99_s, p99);
       f.rtt_jitter_s = std::max(f.rtt_jitter_s, p99 - p50);
-    } else if (name == "transport_retransmits") {
+    } else if (name == m::kTransportRetransmits.name) {
       f.retransmits_per_s += perSecond(s);
-    } else if (name == "migrations") {
+    } else if (name == m::kMigrations.name) {
       const std::string* scope = label(s, "scope");
       if (scope == nullptr) continue;
       if (*scope == "cpu") f.migrations_per_s[int(MigrationScope::kCpu)] += perSecond(s);
       if (*scope == "llc") f.migrations_per_s[int(MigrationScope::kLlc)] += perSecond(s);
       if (*scope == "node") f.migrations_per_s[int(MigrationScope::kNode)] += perSecond(s);
-    } else if (name == "numa_hint_faults") {
+    } else if (name == m::kNumaHintFaults.name) {
       const std::string* loc = label(s, "locality");
       if (loc != nullptr && *loc == "remote") remote_faults += perSecond(s);
       if (loc != nullptr && *loc == "local") local_faults += perSecond(s);
-    } else if (name == "page_migrations") {
+    } else if (name == m::kPageMigrations.name) {
       f.page_migrations_per_s += perSecond(s);
-    } else if (name == "tlb_flushes") {
+    } else if (name == m::kTlbFlushes.name) {
       f.tlb_flushes_per_s += perSecond(s);
     }
   }
@@ -204,7 +209,8 @@ nlohmann::json featuresJson(const Features& f) {
     if (f.busbw_by_topology[t] > 0) by[std::string(topologyName(Topology(t)))] = f.busbw_by_topology[t];
   j["busbw_by_topology"] = by;
   j["has_transport"] = f.has_transport;
-  j["queue_depth_p99"] = f.queue_depth_p99;
+  j["queued_bytes_p99"] = f.queued_bytes_p99;
+  j["outstanding_work_requests_p99"] = f.outstanding_work_requests_p99;
   j["rtt_p50_s"] = f.rtt_p50_s;
   j["rtt_jitter_s"] = f.rtt_jitter_s;
   j["retransmits_per_s"] = f.retransmits_per_s;

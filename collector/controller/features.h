@@ -50,10 +50,12 @@ struct Features {
   double busbw_window = 0;  // mean over ranks of each rank's window mean (smoother, lags)
   std::array<double, kTopologyCount> busbw_by_topology{};
 
-  // Transport (BPF probes): worst series' p99 queue depth (bytes for tcp, work requests for
-  // rdma), RTT quantiles and jitter (p99 - p50) in seconds, retransmits per second.
+  // Transport (BPF probes): worst series' p99 of bytes queued and unacknowledged (TCP) and of
+  // outstanding work requests (RDMA), RTT quantiles and jitter (p99 - p50) in seconds,
+  // retransmits per second. Bytes and work requests are never compared with each other.
   bool has_transport = false;
-  double queue_depth_p99 = 0;
+  double queued_bytes_p99 = 0;
+  double outstanding_work_requests_p99 = 0;
   double rtt_p50_s = 0;
   double rtt_p99_s = 0;
   double rtt_jitter_s = 0;

@@ -35,16 +35,16 @@ std::string fmt(const char* f, double a, double b) {
 RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) const {
   const RulesConfig& c = config_;
   if (f.has_transport) {
-    if (f.queue_depth_p99 >= c.queue_depth_severe) {
-      why = fmt("queue_depth_p99=%.0fB >= severe %.0fB", f.queue_depth_p99, c.queue_depth_severe);
+    if (f.queued_bytes_p99 >= c.queued_bytes_severe) {
+      why = fmt("queued_bytes_p99=%.0fB >= severe %.0fB", f.queued_bytes_p99, c.queued_bytes_severe);
       return Signal::kSevere;
     }
     if (f.rtt_jitter_s >= c.rtt_jitter_severe_s) {
       why = fmt("rtt_jitter=%.4fs >= severe %.4fs", f.rtt_jitter_s, c.rtt_jitter_severe_s);
       return Signal::kSevere;
     }
-    if (f.queue_depth_p99 >= c.queue_depth_high) {
-      why = fmt("queue_depth_p99=%.0fB >= %.0fB", f.queue_depth_p99, c.queue_depth_high);
+    if (f.queued_bytes_p99 >= c.queued_bytes_high) {
+      why = fmt("queued_bytes_p99=%.0fB >= %.0fB", f.queued_bytes_p99, c.queued_bytes_high);
       return Signal::kCongested;
     }
     if (f.rtt_jitter_s >= c.rtt_jitter_high_s) {
@@ -61,7 +61,7 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) c
     // Queued bytes are capped by the socket buffers (primed to wmem_max), so with large gradients
     // they sit near the low threshold congested or not (8.29 MB in the demo's clear phase): only
     // RTT needs to fall below its low thresholds; queue depth must merely not signal congestion.
-    if (f.queue_depth_p99 < c.queue_depth_high && f.rtt_jitter_s < c.rtt_jitter_low_s &&
+    if (f.queued_bytes_p99 < c.queued_bytes_high && f.rtt_jitter_s < c.rtt_jitter_low_s &&
         f.rtt_p50_s < c.rtt_p50_low_s) {
       why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", f.rtt_p50_s,
                 f.rtt_jitter_s);

@@ -19,8 +19,8 @@ struct RulesConfig {
   // backs up the RTT. RTT jitter (p99 - p50) was 5-6 ms unshaped and 14-28 ms throttled with
   // 12 MiB gradients, but 6-13 ms vs 7-20 ms with 48 MiB ones; the RTT median separated every
   // case: 0.5-1.7 ms unshaped, 3-10 ms with intra-host TCP or an uplink throttled.
-  double queue_depth_high = 16.0 * 1024 * 1024;  // bytes in flight (p99)
-  double queue_depth_severe = 64.0 * 1024 * 1024;
+  double queued_bytes_high = 16.0 * 1024 * 1024;  // TCP bytes queued and unacknowledged (p99)
+  double queued_bytes_severe = 64.0 * 1024 * 1024;
   double rtt_jitter_high_s = 0.020;
   // 15 ms, not 10: with 48 MiB gradients unshaped jitter ranged 6-13 ms, and the all-clear
   // needs it low for a whole cooldown, so at 10 ms the demo never stepped back down.

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "common/metric_catalogue.h"
+
 namespace bpftrain::collector::exporter {
 namespace {
 
@@ -23,20 +25,24 @@ MetricType typeOf(SeriesKind kind) {
   return MetricType::Untyped;
 }
 
-std::string genericHelp(SeriesKind kind) {
+// HELP of a family: the catalogue's text for our metrics, a line naming the kind for a user's own.
+std::string helpFor(std::string_view name, SeriesKind kind) {
+  if (const metrics::MetricDef* def = metrics::find(name)) return std::string(def->help);
   switch (kind) {
     case SeriesKind::kCounter:
-      return "bpftrain counter: total since the collector first saw it";
+      return "counter (not a bpftrain metric): total since the collector first saw it";
     case SeriesKind::kGauge:
-      return "bpftrain gauge: last value received";
+      return "gauge (not a bpftrain metric): last value received";
     case SeriesKind::kDistribution:
-      return "bpftrain distribution: quantiles, sum and count over the sliding window";
+      return "distribution (not a bpftrain metric): quantiles, sum and count over the sliding "
+             "window";
   }
   return "";
 }
 
-MetricFamily single(std::string name, std::string help, MetricType type, double value) {
-  MetricFamily f{std::move(name), std::move(help), type, {}};
+MetricFamily single(const metrics::MetricDef& def, double value) {
+  const MetricType type = def.kind == metrics::Kind::kCounter ? MetricType::Counter : MetricType::Gauge;
+  MetricFamily f{metrics::promName(def), std::string(def.help), type, {}};
   ClientMetric m;
   if (type == MetricType::Counter)
     m.counter.value = value;
@@ -73,9 +79,7 @@ std::vector<MetricFamily> WindowCollectable::Collect() const {
     std::string name = exportedName(s.name, s.kind);
     auto [it, fresh] = by_name.try_emplace(name, families.size());
     if (fresh) {
-      std::string help = options_.help ? options_.help(s.name, s.kind) : std::string();
-      families.push_back(
-          MetricFamily{name, help.empty() ? genericHelp(s.kind) : help, typeOf(s.kind), {}});
+      families.push_back(MetricFamily{name, helpFor(s.name, s.kind), typeOf(s.kind), {}});
     } else if (families[it->second].type != typeOf(s.kind)) {
       ++conflicts;
       continue;
@@ -108,22 +112,11 @@ std::vector<MetricFamily> WindowCollectable::Collect() const {
                    static_cast<unsigned long long>(conflicts));
   }
   if (options_.store_health) {
-    families.push_back(single("bpftrain_collector_series", "series in the window store",
-                              MetricType::Gauge, double(store_.seriesCount())));
-    families.push_back(single("bpftrain_collector_series_rejected_total",
-                              "series refused: cardinality limit, too many or duplicate labels, "
-                              "or a name reused with another kind",
-                              MetricType::Counter, double(store_.rejectedSeries())));
-    families.push_back(single("bpftrain_collector_late_samples_total",
-                              "samples for a step already evicted from the window (kept in "
-                              "totals only)",
-                              MetricType::Counter, double(store_.lateSamples())));
-    families.push_back(single("bpftrain_collector_window_memory_bytes",
-                              "bytes the window store allocated", MetricType::Gauge,
-                              double(store_.memoryBytes())));
-    families.push_back(single("bpftrain_collector_export_conflicts_total",
-                              "series skipped on export: name taken by another kind",
-                              MetricType::Counter, double(kindConflicts())));
+    families.push_back(single(metrics::kCollectorSeries, double(store_.seriesCount())));
+    families.push_back(single(metrics::kCollectorSeriesRejected, double(store_.rejectedSeries())));
+    families.push_back(single(metrics::kCollectorLateSamples, double(store_.lateSamples())));
+    families.push_back(single(metrics::kCollectorWindowMemoryBytes, double(store_.memoryBytes())));
+    families.push_back(single(metrics::kCollectorExportConflicts, double(kindConflicts())));
   }
   return families;
 }

@@ -25,8 +25,6 @@ namespace bpftrain::collector::exporter {
 struct WindowCollectableOptions {
   // Time of the snapshot (CLOCK_MONOTONIC ns); tests pass a synthetic clock.
   std::function<int64_t()> clock = window::monotonicNowNs;
-  // HELP text of a family by its series name; empty result -> a generic line naming the kind.
-  std::function<std::string(std::string_view name, window::SeriesKind kind)> help;
   bool store_health = true;  // export bpftrain_collector_series etc.
 };
 

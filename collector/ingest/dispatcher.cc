@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/metric_catalogue.h"
+
 namespace bpftrain::collector::ingest {
 namespace {
 
@@ -128,7 +130,7 @@ void Dispatcher::trackSequence(SenderState& s, uint32_t sequence) {
       // Behind: a reordered late frame (its gap was already counted) or a restarted sender.
       if (s.last_sequence - sequence < kRestartDistance) return;
     } else {
-      IngestStats::bump(stats_.samples_lost, ahead - 1);
+      IngestStats::bump(stats_.frames_lost, ahead - 1);
     }
   }
   s.last_sequence = sequence;
@@ -139,11 +141,8 @@ SeriesId Dispatcher::seriesFor(SenderState& s, wire::MetricId metric) {
   SeriesId& id = s.ids[size_t(metric)];
   if (id != kUnset) return id;
   wire::MetricInfo info = wire::metricInfo(metric);
-  char name[96] = "bpftrain_";
-  std::memcpy(name + 9, info.name.data(), info.name.size());
   Label labels[] = {{"job", s.job}, {"rank", s.rank}};
-  SeriesId got =
-      store_.lookup(std::string_view(name, 9 + info.name.size()), labels, kindOf(info.type));
+  SeriesId got = store_.lookup(info.name, labels, kindOf(info.type));
   if (got != kRejectedSeries) id = got;  // rejections are retried: the limit may be raised
   return got;
 }
@@ -164,8 +163,8 @@ void Dispatcher::recordInfo(SenderState& s, bool topology, double value, int64_t
     if (ids[which] == kUnset) {
       SeriesId got =
           topology
-              ? infoSeries(s, "bpftrain_topology_info", "topology", topologyName(Topology(which)))
-              : infoSeries(s, "bpftrain_pinning_info", "mode", pinModeName(PinMode(which)));
+              ? infoSeries(s, metrics::kTopologyInfo.name, "topology", topologyName(Topology(which)))
+              : infoSeries(s, metrics::kPinningInfo.name, "mode", pinModeName(PinMode(which)));
       if (got == kRejectedSeries) return got;
       ids[which] = got;
     }

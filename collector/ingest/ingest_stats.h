@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/enum_names.h"
 #include "common/wire_format.h"
 
 namespace bpftrain::collector::ingest {
@@ -40,27 +41,22 @@ static_assert(uint8_t(DecodeReason::kTruncated) == uint8_t(wire::DecodeError::kT
                   uint8_t(DecodeReason::kBadName) + 1 == uint8_t(wire::DecodeError::kCount),
               "DecodeReason's first values must mirror wire::DecodeError one to one");
 
-inline std::string_view decodeReasonName(DecodeReason r) {
-  switch (r) {
-    case DecodeReason::kBadLine:
-      return "statsd_syntax";
-    case DecodeReason::kBadValue:
-      return "bad_value";
-    case DecodeReason::kBadType:
-      return "bad_type";
-    case DecodeReason::kBadSampleRate:
-      return "bad_sample_rate";
-    case DecodeReason::kBadTag:
-      return "bad_tag";
-    case DecodeReason::kLabelFlood:
-      return "label_flood";
-    case DecodeReason::kBadSummary:
-      return "bad_summary";
-    case DecodeReason::kCount:
-      return "unknown";
-    default:
-      return wire::decodeErrorName(wire::DecodeError(uint8_t(r)));
-  }
+// The StatsD and summary reasons; the mirrored ones are named by wire::kDecodeErrorNames.
+inline constexpr auto kIngestDecodeReasonNames = enumNames<DecodeReason>({
+    {DecodeReason::kBadLine, "statsd_syntax"},
+    {DecodeReason::kBadValue, "bad_value"},
+    {DecodeReason::kBadType, "bad_type"},
+    {DecodeReason::kBadSampleRate, "bad_sample_rate"},
+    {DecodeReason::kBadTag, "bad_tag"},
+    {DecodeReason::kLabelFlood, "label_flood"},
+    {DecodeReason::kBadSummary, "bad_summary"},
+});
+static_assert(kIngestDecodeReasonNames.size() ==
+              size_t(DecodeReason::kCount) - size_t(DecodeReason::kBadLine));
+
+constexpr std::string_view decodeReasonName(DecodeReason r) {
+  if (r < DecodeReason::kBadLine) return wire::decodeErrorName(wire::DecodeError(uint8_t(r)));
+  return kIngestDecodeReasonNames.name(r);
 }
 
 // Samples that decoded fine but were not stored: the `reason` label of dropped_total.
@@ -72,32 +68,26 @@ enum class DropReason : uint8_t {
   kCount,
 };
 
-inline std::string_view dropReasonName(DropReason r) {
-  switch (r) {
-    case DropReason::kUnknownSender:
-      return "unknown_sender";
-    case DropReason::kSeriesLimit:
-      return "series_limit";
-    case DropReason::kRegistryFull:
-      return "registry_full";
-    case DropReason::kUnexpectedKind:
-      return "unexpected_kind";
-    case DropReason::kCount:
-      break;
-  }
-  return "unknown";
-}
+inline constexpr auto kDropReasonNames = enumNames<DropReason>({
+    {DropReason::kUnknownSender, "unknown_sender"},
+    {DropReason::kSeriesLimit, "series_limit"},
+    {DropReason::kRegistryFull, "registry_full"},
+    {DropReason::kUnexpectedKind, "unexpected_kind"},
+});
+static_assert(kDropReasonNames.size() == size_t(DropReason::kCount));
+constexpr std::string_view dropReasonName(DropReason r) { return kDropReasonNames.name(r); }
 
 enum class Protocol : uint8_t { kBinary, kStatsd, kCount };
-inline std::string_view protocolName(Protocol p) {
-  return p == Protocol::kBinary ? "binary" : "statsd";
-}
+inline constexpr auto kProtocolNames =
+    enumNames<Protocol>({{Protocol::kBinary, "binary"}, {Protocol::kStatsd, "statsd"}});
+static_assert(kProtocolNames.size() == size_t(Protocol::kCount));
+constexpr std::string_view protocolName(Protocol p) { return kProtocolNames.name(p); }
 
 struct alignas(64) IngestStats {
   std::atomic<uint64_t> samples[size_t(Protocol::kCount)]{};
   std::atomic<uint64_t> decode_errors[size_t(DecodeReason::kCount)]{};
   std::atomic<uint64_t> dropped[size_t(DropReason::kCount)]{};
-  std::atomic<uint64_t> samples_lost{};  // frames missing in per-sender sequences
+  std::atomic<uint64_t> frames_lost{};  // frames missing in per-sender sequences
   std::atomic<uint64_t> kernel_drops{};  // SO_RXQ_OVFL: datagrams the socket buffer refused
   std::atomic<uint64_t> datagrams{};
   std::atomic<uint64_t> bytes{};

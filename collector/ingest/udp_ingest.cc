@@ -1,7 +1,5 @@
 #include "collector/ingest/udp_ingest.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -10,7 +8,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
+#include <optional>
+
+#include "common/clock.h"
+#include "common/host_port.h"
 
 namespace bpftrain::collector::ingest {
 namespace {
@@ -18,12 +19,6 @@ namespace {
 constexpr int kBatch = 64;                                  // datagrams per recvmmsg
 constexpr size_t kBufferSize = wire::kMaxDatagramSize + 1;  // +1 to see MSG_TRUNC on loopback
 constexpr int kPollMs = 100;  // how quickly stop() is noticed when idle
-
-int64_t nowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::string errnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -47,7 +42,7 @@ void IngestTotals::add(const IngestStats& s) {
   for (size_t i = 0; i < size_t(DecodeReason::kCount); ++i)
     decode_errors[i] += ld(s.decode_errors[i]);
   for (size_t i = 0; i < size_t(DropReason::kCount); ++i) dropped[i] += ld(s.dropped[i]);
-  samples_lost += ld(s.samples_lost);
+  frames_lost += ld(s.frames_lost);
   kernel_drops += ld(s.kernel_drops);
   datagrams += ld(s.datagrams);
   bytes += ld(s.bytes);
@@ -57,19 +52,19 @@ std::unique_ptr<UdpIngest> UdpIngest::start(const UdpIngestOptions& options,
                                             window::SeriesStore& store, SenderRegistry& registry,
                                             std::string& error) {
   std::unique_ptr<UdpIngest> self(new UdpIngest());
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  if (inet_pton(AF_INET, options.host.c_str(), &addr.sin_addr) != 1) {
-    error =
-        "--listen: '" + options.host + "' is not an IPv4 address (use e.g. 127.0.0.1 or 0.0.0.0)";
+  std::optional<SocketAddress> resolved =
+      resolveHostPort(HostPort{options.host, options.port}, SOCK_DGRAM, error);
+  if (!resolved) {
+    error = "--listen: " + error;
     return nullptr;
   }
+  SocketAddress addr = *resolved;
   uint16_t port = options.port;
   int threads = std::max(1, options.threads);
   for (int i = 0; i < threads; ++i) {
     auto w = std::make_unique<Worker>();
     w->index = i;
-    w->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    w->fd = socket(addr.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (w->fd < 0) {
       error = errnoText("socket");
       return nullptr;
@@ -86,19 +81,15 @@ std::unique_ptr<UdpIngest> UdpIngest::start(const UdpIngestOptions& options,
     getsockopt(w->fd, SOL_SOCKET, SO_RCVBUF, &got, &len);
     self->rcvbuf_bytes_ = got;
     self->rcvbuf_forced_ = forced;
-    addr.sin_port = htons(port);
-    if (bind(w->fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    addr.setPort(port);
+    if (bind(w->fd, addr.get(), addr.length) != 0) {
       error =
-          "--listen " + options.host + ":" + std::to_string(port) + ": " + std::strerror(errno) +
+          "--listen " + HostPort{options.host, port}.str() + ": " + std::strerror(errno) +
           (errno == EADDRINUSE ? " (another collector running? pick another port or use :0)" : "");
       return nullptr;
     }
-    if (i == 0) {
-      sockaddr_in bound{};
-      socklen_t blen = sizeof bound;
-      getsockname(w->fd, reinterpret_cast<sockaddr*>(&bound), &blen);
-      port = ntohs(bound.sin_port);  // port 0: the rest join the port the kernel chose
-    }
+    // Port 0: the rest join the port the kernel chose.
+    if (i == 0) port = boundAddress(w->fd).value_or(addr).port();
     self->stats_.push_back(std::make_unique<IngestStats>());
     w->stats = self->stats_.back().get();
     w->dispatcher = std::make_unique<Dispatcher>(store, registry, *w->stats,
@@ -151,7 +142,7 @@ void UdpIngest::run(Worker& w) {
       poll(&pfd, 1, kPollMs);
       continue;
     }
-    int64_t now = nowNs();
+    int64_t now = monotonicNowNs();
     for (int i = 0; i < n; ++i) {
       msghdr& h = msgs[i].msg_hdr;
       for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {

@@ -1,7 +1,6 @@
 #include "collector/upstream/forwarder.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <prometheus/metric_family.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,23 +9,14 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
+
+#include "common/clock.h"
+#include "common/host_port.h"
+#include "common/metric_catalogue.h"
 
 namespace bpftrain::collector::upstream {
 namespace {
-
-bool splitTarget(const std::string& target, std::string& host, std::string& port) {
-  size_t colon = target.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size()) return false;
-  host = target.substr(0, colon);
-  port = target.substr(colon + 1);
-  if (host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return false;
-    host = host.substr(1, host.size() - 2);
-  }
-  for (char c : port)
-    if (c < '0' || c > '9') return false;
-  return port.size() <= 5 && std::stoi(port) > 0 && std::stoi(port) <= 65535;
-}
 
 uint64_t defaultSenderId() {
   char host[256] = {};
@@ -43,10 +33,10 @@ class ForwarderCollectable : public prometheus::Collectable {
   explicit ForwarderCollectable(const UpstreamForwarder& f) : f_(f) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
     UpstreamStats s = f_.stats();
-    auto family = [](std::string name, std::string help,
+    auto family = [](const metrics::MetricDef& def,
                      std::initializer_list<std::pair<const char*, uint64_t>> values) {
       prometheus::MetricFamily f{
-          std::move(name), std::move(help), prometheus::MetricType::Counter, {}};
+          metrics::promName(def), std::string(def.help), prometheus::MetricType::Counter, {}};
       for (auto [result, v] : values) {
         prometheus::ClientMetric m;
         m.label.push_back({"result", result});
@@ -56,14 +46,11 @@ class ForwarderCollectable : public prometheus::Collectable {
       return f;
     };
     return {
-        family("bpftrain_collector_upstream_frames_total",
-               "window-summary frames for the parent: sent, dropped (socket full), error",
+        family(metrics::kCollectorUpstreamFrames,
                {{"sent", s.frames_sent}, {"dropped", s.frames_dropped}, {"error", s.send_errors}}),
-        family("bpftrain_collector_upstream_series_total",
-               "series steps for the parent: sent, oversized (too big for one frame, not sent)",
+        family(metrics::kCollectorUpstreamSeries,
                {{"sent", s.series_sent}, {"oversized", s.series_oversized}}),
-        family("bpftrain_collector_upstream_steps_total",
-               "window steps forwarded, or missed because the forwarder fell behind",
+        family(metrics::kCollectorUpstreamSteps,
                {{"sent", s.steps_sent}, {"missed", s.steps_missed}}),
     };
   }
@@ -77,29 +64,22 @@ class ForwarderCollectable : public prometheus::Collectable {
 std::unique_ptr<UpstreamForwarder> UpstreamForwarder::create(const window::SeriesStore& store,
                                                              const UpstreamOptions& options,
                                                              std::string& error) {
-  std::string host, port;
-  if (!splitTarget(options.target, host, port)) {
-    error = "--upstream '" + options.target +
-            "': expected HOST:PORT of the parent collector's ingest port, e.g. 10.0.0.1:9470";
+  std::optional<HostPort> hp = parseHostPort(options.target, PortZero::kRejected, error);
+  if (!hp) {
+    error = "--upstream: " + error;
     return nullptr;
   }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0 || !res) {
-    error = "--upstream: cannot resolve '" + host + "': " + gai_strerror(rc) +
-            "; use an address or a name this host resolves";
+  std::optional<SocketAddress> to = resolveHostPort(*hp, SOCK_DGRAM, error);
+  if (!to) {
+    error = "--upstream: " + error;
     return nullptr;
   }
-  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+  int fd = socket(to->family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, to->get(), to->length) != 0) {
     error = "--upstream " + options.target + ": " + std::strerror(errno);
     if (fd >= 0) close(fd);
-    freeaddrinfo(res);
     return nullptr;
   }
-  freeaddrinfo(res);
   if (options.sndbuf_bytes > 0)
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &options.sndbuf_bytes, sizeof options.sndbuf_bytes);
   uint64_t id = options.sender_id ? options.sender_id : defaultSenderId();
@@ -190,12 +170,12 @@ void UpstreamForwarder::stop() {
 void UpstreamForwarder::run() {
   const int64_t step_ns = std::max<int64_t>(store_.config().step.count(), 1);
   const int64_t window_steps = (store_.config().window.count() + step_ns - 1) / step_ns;
-  int64_t next = store_.stepOf(window::monotonicNowNs());  // first step to send, once it ends
+  int64_t next = store_.stepOf(monotonicNowNs());  // first step to send, once it ends
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     // steady_clock is CLOCK_MONOTONIC on Linux, the clock the store's steps are counted in.
     const int64_t due = (next + 1) * step_ns + options_.delay.count();
-    const int64_t now = window::monotonicNowNs();
+    const int64_t now = monotonicNowNs();
     if (now < due) {
       wake_.wait_for(lock, std::chrono::nanoseconds(due - now));
       continue;

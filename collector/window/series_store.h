@@ -19,12 +19,15 @@
 #include <vector>
 
 #include "collector/window/sketch.h"
+#include "common/clock.h"
+#include "common/metric_catalogue.h"
 
 namespace bpftrain::collector::window {
 
 // How a series aggregates: counters sum increments (exported as _total), gauges keep the last
-// value, distributions (timers/histograms) keep a quantile sketch over the window.
-enum class SeriesKind : uint8_t { kCounter, kGauge, kDistribution };
+// value, distributions (timers/histograms) keep a quantile sketch over the window. The same
+// enum as the metric catalogue's, so that a catalogue entry says how its series is stored.
+using SeriesKind = metrics::Kind;
 
 struct Label {
   std::string_view name;
@@ -92,7 +95,7 @@ class SeriesStore {
   virtual uint64_t rejectedSeries() const = 0;
   virtual size_t memoryBytes() const = 0;  // for the memory-per-series benchmark
 
-  // ---- window hierarchy (--upstream) and health; added by collector/window.
+  // ---- window hierarchy (--upstream) and health.
   virtual const WindowConfig& config() const = 0;
   // The step a monotonic time falls in: floor(now_ns / step).
   virtual int64_t stepOf(int64_t now_ns) const = 0;
@@ -107,6 +110,13 @@ class SeriesStore {
   virtual uint64_t lateSamples() const = 0;
 };
 
-int64_t monotonicNowNs();
+// CLOCK_MONOTONIC ns, the clock steps are counted in: common/clock.h's, under the window's name.
+using ::bpftrain::monotonicNowNs;
+
+// Our own metrics are looked up by their catalogue entry: name and kind come from one place.
+inline SeriesId lookupMetric(SeriesStore& store, const metrics::MetricDef& metric,
+                             std::span<const Label> labels) {
+  return store.lookup(metric.name, labels, metric.kind);
+}
 
 }  // namespace bpftrain::collector::window

@@ -68,7 +68,7 @@ TEST(CollectorE2E, BinaryFramesAggregatedExactly) {
   });
   EXPECT_EQ(get(m, "bpftrain_collector_samples_total{protocol=\"binary\"}"), double(samples));
   EXPECT_EQ(get(m, "bpftrain_collector_kernel_drops_total"), 0);
-  EXPECT_EQ(get(m, "bpftrain_collector_samples_lost_total"), 0);
+  EXPECT_EQ(get(m, "bpftrain_collector_frames_lost_total"), 0);
   EXPECT_EQ(get(m, "bpftrain_collector_dropped_total{reason=\"unknown_sender\"}"), 0);
   EXPECT_EQ(get(m, "bpftrain_collector_senders"), 8);
   const auto& per = sent["metrics"];

@@ -18,7 +18,7 @@ TEST(Features, ExtractsEverySignalForTheJob) {
   j.pinning = int(PinMode::kCompact);
   j.epoch = 3;
   j.busbw = 2e9;
-  j.queue_depth_p99 = 900e3;
+  j.queued_bytes_p99 = 900e3;
   j.rtt_p50 = 1e-4;
   j.rtt_p99 = 4e-3;
   std::vector<SeriesSnapshot> s = snapshotsOf(j);
@@ -55,7 +55,7 @@ TEST(Features, ExtractsEverySignalForTheJob) {
   EXPECT_DOUBLE_EQ(f.busbw_by_topology[int(Topology::kHierarchical)], 2e9);
   EXPECT_DOUBLE_EQ(f.busbw_by_topology[int(Topology::kRing)], 0);
   EXPECT_TRUE(f.has_transport);
-  EXPECT_DOUBLE_EQ(f.queue_depth_p99, 900e3);
+  EXPECT_DOUBLE_EQ(f.queued_bytes_p99, 900e3);
   EXPECT_DOUBLE_EQ(f.rtt_p50_s, 1e-4);
   EXPECT_DOUBLE_EQ(f.rtt_p99_s, 4e-3);
   EXPECT_NEAR(f.rtt_jitter_s, 3.9e-3, 1e-12);

@@ -51,21 +51,21 @@ std::vector<Switch> run(RulesPolicy& p, double seconds, const std::function<JobS
 // Levels as the TCP probes measured them on netlab (see RulesConfig).
 JobState clear() {
   JobState j;
-  j.queue_depth_p99 = 6e6;
+  j.queued_bytes_p99 = 6e6;
   j.rtt_p50 = 1.3e-3;
   j.rtt_p99 = 6.5e-3;
   return j;
 }
 JobState congested() {
   JobState j;
-  j.queue_depth_p99 = 7.8e6;
+  j.queued_bytes_p99 = 7.8e6;
   j.rtt_p50 = 9e-3;
   j.rtt_p99 = 33e-3;
   return j;
 }
 JobState severe() {
   JobState j = congested();
-  j.queue_depth_p99 = 80e6;
+  j.queued_bytes_p99 = 80e6;
   return j;
 }
 
@@ -141,7 +141,7 @@ TEST(RulesPolicy, NoFlappingOnNoisySteadyStreams) {
   RulesPolicy quiet;
   auto none = run(quiet, 60, [&](double) {
     JobState j = clear();
-    j.queue_depth_p99 = qd(rng);
+    j.queued_bytes_p99 = qd(rng);
     j.rtt_p99 = j.rtt_p50 + jit(rng);
     return j;
   });

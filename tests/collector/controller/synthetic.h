@@ -76,7 +76,7 @@ struct JobState {
   bool checkpoint = false;
   // Transport probe series (absent when has_transport is false).
   bool has_transport = true;
-  double queue_depth_p50 = 16e3, queue_depth_p99 = 64e3;
+  double queued_bytes_p50 = 16e3, queued_bytes_p99 = 64e3;
   double rtt_p50 = 100e-6, rtt_p99 = 300e-6;
 };
 
@@ -94,7 +94,7 @@ inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
     if (j.has_transport) {
       auto l = jr(j.job, r);
       l.push_back({"transport", "tcp"});
-      v.push_back(dist("bpftrain_transport_queue_depth", l, j.queue_depth_p50, j.queue_depth_p99));
+      v.push_back(dist("bpftrain_transport_queued_bytes", l, j.queued_bytes_p50, j.queued_bytes_p99));
       v.push_back(dist("bpftrain_transport_rtt_seconds", jr(j.job, r), j.rtt_p50, j.rtt_p99));
     }
   }

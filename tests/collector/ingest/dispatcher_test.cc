@@ -65,7 +65,7 @@ TEST_F(DispatcherTest, BinarySamplesBecomeLabelledSeries) {
             window::SeriesKind::kCounter);
   EXPECT_EQ(store_.get("bpftrain_loss{job=digits,rank=3}").values, std::vector<double>{1.5});
   EXPECT_EQ(samples(Protocol::kBinary), 3u);
-  EXPECT_EQ(stats_.samples_lost.load(), 0u);
+  EXPECT_EQ(stats_.frames_lost.load(), 0u);
 }
 
 TEST_F(DispatcherTest, SamplesBeforeHelloAreDroppedAndCounted) {
@@ -87,10 +87,10 @@ TEST_F(DispatcherTest, SequenceGapsCountAsLost) {
   send(samplesFrame(5, 3, rec));   // late: already counted, not counted again
   send(samplesFrame(5, 4, rec));   // duplicate
   send(samplesFrame(5, 10, rec));  // 5..9 missing
-  EXPECT_EQ(stats_.samples_lost.load(), 2u + 5u);
+  EXPECT_EQ(stats_.frames_lost.load(), 2u + 5u);
   send(samplesFrame(5, 0, rec));  // late frames from before the gap are not counted again
   send(samplesFrame(5, 1, rec));
-  EXPECT_EQ(stats_.samples_lost.load(), 7u);
+  EXPECT_EQ(stats_.frames_lost.load(), 7u);
 }
 
 TEST_F(DispatcherTest, SeveralFramesPerDatagram) {

@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
               std::to_string(int64_t(want - got)).c_str());
   std::printf("  %-34s %12s\n", "kernel drops (SO_RXQ_OVFL)",
               std::to_string(t.kernel_drops).c_str());
-  std::printf("  %-34s %12s\n", "sequence gaps", std::to_string(t.samples_lost).c_str());
+  std::printf("  %-34s %12s\n", "sequence gaps", std::to_string(t.frames_lost).c_str());
   std::printf("  %-34s %12zu\n", "latency probes", latencies_us.size());
   std::printf("  %-34s %12.1f\n", "arrival->visible p50 (us)", pct(0.5));
   std::printf("  %-34s %12.1f\n", "arrival->visible p99 (us)", pct(0.99));

@@ -1,0 +1,203 @@
+// Every metric bpftrain emits, declared once: name, kind, unit, labels, where it comes from and
+// what it means. The loader, the dispatcher, the exporter's HELP text, the controller's features
+// and the README's metrics table all read this list; a test fails when the README disagrees.
+//
+// Names are the stored names: counters carry no `_total` (the exporter adds it, see
+// promName()). A metric that is not here is a user's own (StatsD) and gets a generic HELP.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace bpftrain::metrics {
+
+enum class Kind : uint8_t {
+  kCounter,       // exported as a Prometheus counter, `_total` appended
+  kGauge,         // last value
+  kDistribution,  // sliding-window quantiles, sum and count (a Prometheus summary)
+};
+
+struct MetricDef {
+  std::string_view name;    // stored name, e.g. "bpftrain_migrations"
+  Kind kind;
+  std::string_view unit;    // what one unit of the value is: "seconds", "bytes", "migrations" ...
+  std::string_view labels;  // every label name, space separated, in the order series carry them
+  std::string_view source;  // what produces it: "trainer", a tracepoint, "collector" ...
+  std::string_view help;    // what it means for training; the exporter's HELP text
+};
+
+// clang-format off
+// X(id, name, kind, unit, labels, source, help)
+#define BPFTRAIN_METRICS(X)                                                                        \
+  /* ---- trainer: every rank streams these in binary frames (common/wire_format.h) ---- */       \
+  X(kStepSeconds, "bpftrain_step_seconds", kDistribution, "seconds", "job rank", "trainer",        \
+    "Wall time of one training step; p99 against p50 shows stragglers")                           \
+  X(kAllreduceSeconds, "bpftrain_allreduce_seconds", kDistribution, "seconds", "job rank",         \
+    "trainer", "Time a step spends in the gradient allreduce")                                     \
+  X(kAllreduceBytes, "bpftrain_allreduce_bytes", kCounter, "bytes", "job rank", "trainer",         \
+    "Gradient bytes this rank allreduced")                                                         \
+  X(kAllreduceBusbw, "bpftrain_allreduce_busbw_bytes_per_second", kGauge, "bytes/s", "job rank",  \
+    "trainer", "Allreduce bus bandwidth of the last step (nccl-tests convention)")                \
+  X(kSamplesPerSecond, "bpftrain_samples_per_second", kGauge, "samples/s", "job rank", "trainer", \
+    "Training samples this rank processed per second over the last step")                        \
+  X(kLoss, "bpftrain_loss", kGauge, "1", "job rank", "trainer", "Training loss of the last step")  \
+  X(kAccuracy, "bpftrain_accuracy", kGauge, "1", "job rank", "trainer",                            \
+    "Held-out accuracy at the last evaluation")                                                    \
+  X(kTopology, "bpftrain_topology", kGauge, "enum", "job rank", "trainer",                         \
+    "Allreduce topology running now, as its number (topology_info has the name)")                  \
+  X(kPinning, "bpftrain_pinning", kGauge, "enum", "job rank", "trainer",                           \
+    "Pinning mode running now, as its number (pinning_info has the name)")                        \
+  X(kTopologyInfo, "bpftrain_topology_info", kGauge, "1", "job rank topology", "collector",        \
+    "1 for the allreduce topology a rank runs now, 0 for those it ran before")                     \
+  X(kPinningInfo, "bpftrain_pinning_info", kGauge, "1", "job rank mode", "collector",              \
+    "1 for the pinning mode a rank runs now, 0 for those it ran before")                           \
+  X(kConfigEpoch, "bpftrain_config_epoch", kGauge, "epoch", "job rank", "trainer",                 \
+    "Epoch of the controller decision a rank applied last (0: its starting configuration)")       \
+  X(kStep, "bpftrain_step", kGauge, "steps", "job rank", "trainer", "Training steps done")        \
+  X(kCheckpointActive, "bpftrain_checkpoint_active", kGauge, "1", "job rank", "trainer",           \
+    "1 while a rank writes a checkpoint (the controller does not act then)")                       \
+  X(kAnonHugePagesBytes, "bpftrain_anon_hugepages_bytes", kGauge, "bytes", "job rank", "trainer", \
+    "Model and gradient memory backed by transparent huge pages")                                 \
+  X(kTelemetryDropped, "bpftrain_telemetry_dropped", kCounter, "samples", "job rank", "trainer",   \
+    "Samples the rank's emitter dropped because its socket was full (training never waits)")      \
+  X(kControlRejected, "bpftrain_control_rejected", kCounter, "frames", "job rank", "trainer",      \
+    "Control frames rank 0 refused: bad MAC, replay, stale epoch, clock skew, unknown value")      \
+  /* ---- BPF probes (collector/loader/probes/) ---- */                                          \
+  X(kMigrations, "bpftrain_migrations", kCounter, "migrations", "job rank scope",                  \
+    "tp_btf sched:sched_migrate_task",                                                             \
+    "Task migrations of a rank's threads: scope cpu (any), llc (to another last-level cache), "   \
+    "node (to another NUMA node)")                                                                 \
+  X(kNumaTaskMoves, "bpftrain_numa_task_moves", kCounter, "moves", "job rank kind",                \
+    "sched:sched_{move,swap,stick}_numa",                                                          \
+    "NUMA balancing moving a rank's tasks between nodes (kind move, swap, stick)")                 \
+  X(kPageMigrations, "bpftrain_page_migrations", kCounter, "pages", "job rank reason",             \
+    "migrate:mm_migrate_pages",                                                                    \
+    "Pages migrated for a rank, by the kernel's reason (numa_misplaced: memory chasing tasks)")   \
+  X(kTlbFlushes, "bpftrain_tlb_flushes", kCounter, "flushes", "job rank reason",                   \
+    "tp_btf tlb:tlb_flush",                                                                        \
+    "TLB flushes and shootdowns on a rank's CPUs, by reason (munmap, mprotect, IPIs)")            \
+  X(kPageFaults, "bpftrain_page_faults", kCounter, "faults", "job rank",                           \
+    "tp_btf exceptions:page_fault_user", "User page faults of a rank")                            \
+  X(kThpFaults, "bpftrain_thp_faults", kCounter, "faults", "job rank",                             \
+    "tp_btf kmem:mm_page_alloc (PMD order)",                                                       \
+    "Huge-page allocations on a rank's faults: whether huge pages back the model")               \
+  X(kDtlbMisses, "bpftrain_dtlb_misses", kCounter, "misses", "job rank", "PMU dTLB read miss",     \
+    "Sampled data-TLB read misses (only where a hardware PMU exists)")                            \
+  X(kItlbMisses, "bpftrain_itlb_misses", kCounter, "misses", "job rank", "PMU iTLB read miss",     \
+    "Sampled instruction-TLB read misses (only where a hardware PMU exists)")                     \
+  X(kNodeLoadMisses, "bpftrain_node_load_misses", kCounter, "misses", "job rank",                  \
+    "PMU node read miss", "Sampled loads served by another NUMA node (only with a hardware PMU)")  \
+  X(kNodeLoads, "bpftrain_node_loads", kCounter, "loads", "job rank", "PMU node read access",      \
+    "Sampled loads that reached a NUMA node's memory (only with a hardware PMU)")                 \
+  X(kNumaHintFaults, "bpftrain_numa_hint_faults", kCounter, "faults", "job rank locality",          \
+    "none yet (probe numa_hint_faults)",                                                           \
+    "NUMA hinting faults of a rank on local or remote memory; not emitted yet: no kernel here "   \
+    "lets a BPF program see them, and probe numa_hint_faults is down saying why")                 \
+  X(kTransportQueuedBytes, "bpftrain_transport_queued_bytes", kDistribution, "bytes",              \
+    "job rank transport", "tp_btf tcp:tcp_probe",                                                  \
+    "Bytes a rank's sockets queued and the peer has not acknowledged (write_seq - snd_una): "     \
+    "congestion on the gradient path")                                                             \
+  X(kTransportInflightBytes, "bpftrain_transport_inflight_bytes", kDistribution, "bytes",          \
+    "job rank transport", "tp_btf tcp:tcp_probe",                                                  \
+    "Bytes sent and not yet acknowledged (snd_nxt - snd_una); falls when the receiver is slow")    \
+  X(kTransportRttSeconds, "bpftrain_transport_rtt_seconds", kDistribution, "seconds",              \
+    "job rank transport", "tp_btf tcp:tcp_probe", "Smoothed RTT of a rank's TCP connections")      \
+  X(kTransportRetransmits, "bpftrain_transport_retransmits", kCounter, "segments",                 \
+    "job rank transport", "tp_btf tcp:tcp_retransmit_skb", "Retransmitted segments of a rank")      \
+  X(kTransportSamples, "bpftrain_transport_samples", kCounter, "samples", "job rank transport",    \
+    "tp_btf tcp:tcp_probe", "Transport samples the probe took (one per socket per interval)")     \
+  X(kTransportOutstandingWorkRequests, "bpftrain_transport_outstanding_work_requests",             \
+    kDistribution, "work requests", "job rank transport", "USDT bpftrain:qp_post,qp_complete",     \
+    "RDMA work requests posted and not yet completed on a rank's queue pairs")                    \
+  X(kRdmaQpEvents, "bpftrain_rdma_qp_events", kCounter, "events", "job rank event",                \
+    "USDT bpftrain:qp_post,qp_complete", "RDMA work requests posted and completed (event)")        \
+  /* ---- the loader itself ---- */                                                               \
+  X(kProbeUp, "bpftrain_probe_up", kGauge, "1", "probe", "loader",                                 \
+    "1 when a probe is attached, 0 when it is down (--list-probes says why)")                     \
+  X(kProbeRuns, "bpftrain_probe_runs", kCounter, "runs", "probe", "bpf_stats",                     \
+    "Times a probe's BPF programs ran (kernel.bpf_stats_enabled)")                                 \
+  X(kProbeRunSeconds, "bpftrain_probe_run_seconds", kCounter, "seconds", "probe", "bpf_stats",     \
+    "CPU time a probe's BPF programs ran: the probes' cost to training")                          \
+  X(kProbeEventsLost, "bpftrain_probe_events_lost", kCounter, "events", "probe", "loader",         \
+    "Events a probe could not deliver (ring buffer full)")                                          \
+  X(kProbeTargetsDropped, "bpftrain_probe_targets_dropped", kCounter, "targets", "", "loader",     \
+    "Processes not traced because the target slots or maps were full")                            \
+  /* ---- controller ---- */                                                                      \
+  X(kControllerDecisions, "bpftrain_controller_decisions", kCounter, "decisions",                  \
+    "from to reason", "controller", "Every switch the controller made, and why")                 \
+  X(kControllerSends, "bpftrain_controller_sends", kCounter, "frames", "result", "controller",     \
+    "Control frames sent to rank 0 (result ok, error)")                                            \
+  X(kControllerApplySeconds, "bpftrain_controller_apply_seconds", kDistribution, "seconds", "",    \
+    "controller", "From a decision to every rank reporting its epoch")                            \
+  X(kControllerAbandoned, "bpftrain_controller_abandoned", kCounter, "decisions", "",              \
+    "controller", "Decisions no rank applied within the resend budget")                           \
+  X(kControllerDeferred, "bpftrain_controller_deferred", kCounter, "steps", "reason",              \
+    "controller", "Controller steps that did not act (reason checkpoint)")                        \
+  /* ---- collector health ---- */                                                                \
+  X(kCollectorSamples, "bpftrain_collector_samples", kCounter, "samples", "protocol", "collector", \
+    "Accepted samples: one binary record or one StatsD line")                                      \
+  X(kCollectorDecodeErrors, "bpftrain_collector_decode_errors", kCounter, "errors", "reason",     \
+    "collector", "Datagrams, frames or lines rejected as malformed, by reason")                   \
+  X(kCollectorDropped, "bpftrain_collector_dropped", kCounter, "samples", "reason", "collector",   \
+    "Well-formed samples or frames not stored, by reason")                                         \
+  X(kCollectorFramesLost, "bpftrain_collector_frames_lost", kCounter, "frames", "", "collector",   \
+    "Frames missing from senders' sequence numbers (lost between sender and collector)")          \
+  X(kCollectorKernelDrops, "bpftrain_collector_kernel_drops", kCounter, "datagrams", "",           \
+    "collector", "Datagrams the kernel dropped: an ingest socket buffer was full (SO_RXQ_OVFL)")  \
+  X(kCollectorDatagrams, "bpftrain_collector_datagrams", kCounter, "datagrams", "", "collector",   \
+    "UDP datagrams received")                                                                      \
+  X(kCollectorReceivedBytes, "bpftrain_collector_received_bytes", kCounter, "bytes", "",           \
+    "collector", "UDP payload bytes received")                                                     \
+  X(kCollectorSeriesLimit, "bpftrain_collector_series_limit", kGauge, "series", "", "collector",   \
+    "Series cardinality bound (--max-series; a change needs a restart)")                          \
+  X(kCollectorSenders, "bpftrain_collector_senders", kGauge, "senders", "", "collector",           \
+    "Senders known from hello frames")                                                             \
+  X(kCollectorRcvbufBytes, "bpftrain_collector_rcvbuf_bytes", kGauge, "bytes", "requested",        \
+    "collector", "Receive buffer the kernel granted per ingest socket (requested: label)")        \
+  X(kCollectorIngestThreads, "bpftrain_collector_ingest_threads", kGauge, "threads", "",           \
+    "collector", "Ingest sockets, one thread each")                                                \
+  X(kCollectorFeatureEnabled, "bpftrain_collector_feature_enabled", kGauge, "1", "feature",        \
+    "collector", "1 when a collector feature runs (0: off or degraded, see the log)")             \
+  X(kCollectorReloads, "bpftrain_collector_reloads", kCounter, "reloads", "result", "collector",   \
+    "SIGHUP config reloads by result")                                                             \
+  X(kCollectorStepOverruns, "bpftrain_collector_step_overruns", kCounter, "steps", "",             \
+    "collector", "Window steps whose listeners (loader poll, upstream) took longer than a step")  \
+  X(kCollectorSeries, "bpftrain_collector_series", kGauge, "series", "", "collector",              \
+    "Series in the window store")                                                                  \
+  X(kCollectorSeriesRejected, "bpftrain_collector_series_rejected", kCounter, "series", "",        \
+    "collector", "Series refused: cardinality limit, too many or duplicate labels, or a name "     \
+    "reused with another kind")                                                                    \
+  X(kCollectorLateSamples, "bpftrain_collector_late_samples", kCounter, "samples", "",             \
+    "collector", "Samples for a step already evicted from the window (kept in totals only)")      \
+  X(kCollectorWindowMemoryBytes, "bpftrain_collector_window_memory_bytes", kGauge, "bytes", "",    \
+    "collector", "Bytes the window store allocated")                                               \
+  X(kCollectorExportConflicts, "bpftrain_collector_export_conflicts", kCounter, "series", "",      \
+    "collector", "Series skipped on export: their name is taken by a series of another kind")     \
+  X(kCollectorUpstreamFrames, "bpftrain_collector_upstream_frames", kCounter, "frames", "result",  \
+    "collector", "Window-summary frames for the parent: sent, dropped (socket full), error")      \
+  X(kCollectorUpstreamSeries, "bpftrain_collector_upstream_series", kCounter, "series steps",      \
+    "result", "collector", "Series steps for the parent: sent, oversized (too big for one frame)") \
+  X(kCollectorUpstreamSteps, "bpftrain_collector_upstream_steps", kCounter, "steps", "result",     \
+    "collector", "Window steps forwarded, or missed because the forwarder fell behind")
+// clang-format on
+
+#define BPFTRAIN_METRIC_DECLARE(id, name, kind, unit, labels, source, help) \
+  inline constexpr MetricDef id{name, Kind::kind, unit, labels, source, help};
+BPFTRAIN_METRICS(BPFTRAIN_METRIC_DECLARE)
+#undef BPFTRAIN_METRIC_DECLARE
+
+// Every metric, in declaration order.
+std::span<const MetricDef* const> all();
+
+// The metric with this stored or exported (`_total`) name; nullptr for a user's own metric.
+const MetricDef* find(std::string_view name);
+
+// The Prometheus name: counters end in `_total`.
+std::string promName(const MetricDef& def);
+
+// The README's metrics table (markdown), rendered from this list.
+std::string markdownTable();
+
+}  // namespace bpftrain::metrics
