@@ -1,0 +1,83 @@
+// The metric catalogue is the one place metric names live: its entries must be valid Prometheus
+// names and labels, and the README's metrics table must be exactly what it renders.
+#include "common/metric_catalogue.h"
+
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace bpftrain::metrics {
+namespace {
+
+bool validName(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+TEST(MetricCatalogue, EntriesAreValidUniqueAndDocumented) {
+  std::set<std::string_view> names;
+  ASSERT_FALSE(all().empty());
+  for (const MetricDef* def : all()) {
+    SCOPED_TRACE(std::string(def->name));
+    EXPECT_TRUE(def->name.starts_with("bpftrain_"));
+    EXPECT_TRUE(validName(def->name));
+    // The exporter appends _total to counters; a stored name that has it already would be
+    // exported under a name that differs from the catalogue's.
+    EXPECT_FALSE(def->name.ends_with("_total"));
+    EXPECT_TRUE(names.insert(def->name).second) << "declared twice";
+    EXPECT_FALSE(def->unit.empty());
+    EXPECT_FALSE(def->source.empty());
+    EXPECT_GT(def->help.size(), 10u);
+    std::istringstream labels{std::string(def->labels)};
+    std::set<std::string> seen;
+    for (std::string label; labels >> label;) {
+      EXPECT_TRUE(validName(label)) << label;
+      EXPECT_NE(label, "pid") << "no series carries a pid";
+      EXPECT_NE(label, "tid") << "no series carries a tid";
+      EXPECT_TRUE(seen.insert(label).second) << label << " listed twice";
+    }
+  }
+}
+
+TEST(MetricCatalogue, FindsStoredAndExportedNames) {
+  EXPECT_EQ(find("bpftrain_migrations"), &kMigrations);
+  EXPECT_EQ(find("bpftrain_migrations_total"), &kMigrations);
+  EXPECT_EQ(find("bpftrain_step_seconds"), &kStepSeconds);
+  EXPECT_EQ(find("my_app_requests"), nullptr);
+  EXPECT_EQ(promName(kMigrations), "bpftrain_migrations_total");
+  EXPECT_EQ(promName(kStepSeconds), "bpftrain_step_seconds");
+}
+
+// The README's table between the markers is the catalogue rendered: a metric added, renamed or
+// re-described in one place and not the other fails here, with the block to paste.
+TEST(MetricCatalogue, ReadmeTableIsTheCatalogue) {
+  const char* source_dir = std::getenv("BPFTRAIN_SOURCE_DIR");
+  ASSERT_NE(source_dir, nullptr) << "run through ctest (it sets BPFTRAIN_SOURCE_DIR)";
+  std::ifstream in(std::string(source_dir) + "/README.md");
+  ASSERT_TRUE(in) << "cannot read README.md";
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string readme = buffer.str();
+  constexpr std::string_view kBegin = "<!-- metrics-table:begin (tests/common/metric_catalogue_test.cc) -->\n";
+  constexpr std::string_view kEnd = "<!-- metrics-table:end -->";
+  const size_t begin = readme.find(kBegin);
+  const size_t end = readme.find(kEnd);
+  ASSERT_NE(begin, std::string::npos) << "README.md lacks the line " << kBegin;
+  ASSERT_NE(end, std::string::npos) << "README.md lacks the line " << kEnd;
+  ASSERT_LT(begin, end);
+  const std::string table = readme.substr(begin + kBegin.size(), end - begin - kBegin.size());
+  EXPECT_EQ(table, markdownTable())
+      << "README.md's metrics table differs from common/metric_catalogue.h; replace the lines "
+         "between the markers with:\n"
+      << markdownTable();
+}
+
+}  // namespace
+}  // namespace bpftrain::metrics
