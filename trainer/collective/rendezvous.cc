@@ -9,13 +9,15 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/host_port.h"
 
 namespace bpftrain::trainer::collective {
 namespace {
@@ -44,17 +46,15 @@ bool storeHas(gloo::rendezvous::Store& store, const std::string& key) {
   }
 }
 
+// HOST:PORT (common/host_port.h) that is not an existing directory: a redis-server.
 bool isRedisSpec(const std::string& spec, std::string* host, int* port) {
-  const auto colon = spec.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size()) return false;
-  const std::string p = spec.substr(colon + 1);
-  if (!std::all_of(p.begin(), p.end(), [](unsigned char c) { return std::isdigit(c); }))
-    return false;
+  std::string not_an_address;
+  std::optional<HostPort> hp = parseHostPort(spec, PortZero::kRejected, not_an_address);
   std::error_code ec;
-  if (std::filesystem::is_directory(spec, ec)) return false;
-  *host = spec.substr(0, colon);
-  *port = std::stoi(p);
-  return *port > 0 && *port < 65536;
+  if (!hp || std::filesystem::is_directory(spec, ec)) return false;
+  *host = hp->host;
+  *port = hp->port;
+  return true;
 }
 
 }  // namespace
@@ -108,7 +108,12 @@ void joinStore(gloo::rendezvous::Store& store, const std::string& store_name,
   }
   if (missing.empty()) return;
   std::string who = missing.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < missing.size(); ++i) who += (i ? "," : "") + std::to_string(missing[i]);
+  for (size_t i = 0; i < missing.size(); ++i) {
+    // Appending in place: `const char* + std::string&&` inlines to a memcpy whose bounds GCC 12
+    // cannot prove (-Wrestrict false positive, GCC PR105329) and builds a temporary anyway.
+    if (i > 0) who += ',';
+    who += std::to_string(missing[i]);
+  }
   throw std::runtime_error(who + " of " + std::to_string(world) + " did not join store " +
                            store_name + " (prefix " + prefix + ") within " + seconds(timeout) +
                            " (this is rank " + std::to_string(rank) +
