@@ -1,0 +1,551 @@
+// The control-delivery protocol without a network: N ranks' ConfigSync driven through the step
+// sequence the trainer runs, with the test as the collective (the allreduce sums the tails, the
+// broadcast copies rank 0's bytes). Asserts what ranks observe: the word round-trips, every rank
+// switches at the same step, delivery moves between tail and broadcast, --duration stops all
+// ranks after the same step, stale and duplicate decisions change nothing.
+#include "trainer/control/config_sync.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "tests/support/signed_control.h"
+#include "trainer/control/control_receiver.h"
+
+namespace bpftrain::trainer::control {
+namespace {
+
+using Clock = ConfigSync::Clock;
+using namespace std::chrono_literals;
+using Tail = std::array<float, kSyncWordFloats>;
+
+SyncWord encodeDecode(const SyncWord& w) {
+  Tail floats{};
+  encodeSyncWord(w, floats);
+  std::optional<SyncWord> back = decodeSyncWord(std::span<const float, kSyncWordFloats>(floats));
+  EXPECT_TRUE(back.has_value());
+  std::array<uint8_t, kSyncWordBytes> bytes{};
+  encodeSyncWord(w, bytes);
+  std::optional<SyncWord> from_bytes =
+      decodeSyncWord(std::span<const uint8_t, kSyncWordBytes>(bytes));
+  EXPECT_TRUE(from_bytes.has_value());
+  EXPECT_EQ(back, from_bytes);
+  return back.value_or(SyncWord{});
+}
+
+TEST(SyncWord, RoundTripsEdgeValues) {
+  const uint64_t epochs[] = {0,           1,           0xFFFF,        0x10000,
+                             0xFFFFFFFFu, 1ull << 32,  0x123456789ABC, kMaxSyncEpoch};
+  for (uint64_t epoch : epochs)
+    for (int t = 0; t < kTopologyCount; ++t)
+      for (int p = 0; p < kPinModeCount; ++p)
+        for (int flags = 0; flags < 4; ++flags)
+          for (uint32_t every : {1u, 2u, 999u, kMaxSyncEvery}) {
+            SyncWord w{{epoch, Topology(t), PinMode(p)}, (flags & 1) != 0, (flags & 2) != 0, every};
+            ASSERT_EQ(encodeDecode(w), w) << "epoch " << epoch << " topology " << t << " pinning "
+                                          << p << " flags " << flags << " every " << every;
+          }
+}
+
+// The byte form is the eight floats' IEEE-754 bits, little-endian, whatever the host.
+TEST(SyncWord, BytesAreLittleEndianFloatBits) {
+  SyncWord w{{0x0003'0002'0001, Topology::kBcube, PinMode::kNuma}, true, true, 25};
+  std::array<uint8_t, kSyncWordBytes> bytes{};
+  encodeSyncWord(w, bytes);
+  const std::array<uint8_t, kSyncWordBytes> expected{
+      0x00, 0x00, 0x80, 0x3F,  // marker 1.0
+      0x00, 0x00, 0x80, 0x3F,  // epoch bits 0..15 = 1
+      0x00, 0x00, 0x00, 0x40,  // epoch bits 16..31 = 2
+      0x00, 0x00, 0x40, 0x40,  // epoch bits 32..47 = 3
+      0x00, 0x00, 0x00, 0x40,  // bcube = 2
+      0x00, 0x00, 0x40, 0x40,  // numa = 3
+      0x00, 0x00, 0x40, 0x40,  // broadcast | stop = 3
+      0x00, 0x00, 0xC8, 0x41,  // sync every 25
+  };
+  EXPECT_EQ(bytes, expected);
+}
+
+// What makes the tail work: the other ranks' zeros, summed in any order, leave rank 0's word.
+TEST(SyncWord, SumWithOtherRanksZerosIsRankZerosWord) {
+  SyncWord w{{kMaxSyncEpoch, Topology::kHierarchical, PinMode::kSpread}, true, false, 1000};
+  Tail word{};
+  encodeSyncWord(w, word);
+  for (int world : {2, 3, 8, 64}) {
+    for (int position = 0; position < world; ++position) {  // where rank 0 sits in the sum order
+      Tail sum{};
+      for (int r = 0; r < world; ++r)
+        for (size_t i = 0; i < kSyncWordFloats; ++i) sum[i] += r == position ? word[i] : 0.0f;
+      EXPECT_EQ(decodeSyncWord(std::span<const float, kSyncWordFloats>(sum)), w)
+          << "world " << world << " position " << position;
+    }
+  }
+}
+
+TEST(SyncWord, DecodeRefusesWhatIsNotRankZerosWord) {
+  Tail good{};
+  encodeSyncWord(SyncWord{{7, Topology::kRing, PinMode::kNone}, false, false, 3}, good);
+  auto decodes = [](Tail t) {
+    return decodeSyncWord(std::span<const float, kSyncWordFloats>(t)).has_value();
+  };
+  ASSERT_TRUE(decodes(good));
+  EXPECT_FALSE(decodes(Tail{})) << "a world where rank 0 wrote nothing";
+  auto with = [&](size_t i, float v) {
+    Tail t = good;
+    t[i] = v;
+    return t;
+  };
+  EXPECT_FALSE(decodes(with(0, 2))) << "two ranks wrote a word";
+  EXPECT_FALSE(decodes(with(1, 0.5f))) << "not an integer";
+  EXPECT_FALSE(decodes(with(2, 65536))) << "epoch piece above 16 bits";
+  EXPECT_FALSE(decodes(with(3, -1)));
+  EXPECT_FALSE(decodes(with(4, float(kTopologyCount)))) << "unknown topology";
+  EXPECT_FALSE(decodes(with(5, float(kPinModeCount)))) << "unknown pinning";
+  EXPECT_FALSE(decodes(with(6, 4))) << "unknown flag";
+  EXPECT_FALSE(decodes(with(7, 0))) << "sync_every 0";
+  EXPECT_FALSE(decodes(with(7, float(kMaxSyncEvery + 1))));
+  EXPECT_FALSE(decodes(with(1, std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_FALSE(decodes(with(4, std::numeric_limits<float>::infinity())));
+}
+
+TEST(SyncWord, EncodeRefusesValuesTheWordCannotCarry) {
+  Tail t{};
+  EXPECT_THROW(encodeSyncWord(SyncWord{{kMaxSyncEpoch + 1, {}, {}}, false, false, 1}, t),
+               std::out_of_range);
+  EXPECT_THROW(encodeSyncWord(SyncWord{{1, {}, {}}, false, false, 0}, t), std::out_of_range);
+  EXPECT_THROW(encodeSyncWord(SyncWord{{1, {}, {}}, false, false, kMaxSyncEvery + 1}, t),
+               std::out_of_range);
+}
+
+// Decisions handed out at given steps; counts the polls.
+class ScriptedSource : public DecisionSource {
+ public:
+  std::optional<Decision> poll(uint64_t step, uint64_t newest_epoch) override {
+    ++polls[step];
+    newest_seen[step] = newest_epoch;
+    auto it = script.find(step);
+    if (it == script.end()) return std::nullopt;
+    return it->second;
+  }
+  std::map<uint64_t, Decision> script;
+  std::map<uint64_t, int> polls;
+  std::map<uint64_t, uint64_t> newest_seen;
+};
+
+Decision decision(uint64_t epoch, Topology t = Topology::kBcube, PinMode p = PinMode::kCompact,
+                  uint64_t arrival_ns = 0) {
+  return {{epoch, t, p}, arrival_ns};
+}
+
+// N ranks running the trainer's step sequence; records what each rank observed.
+class World {
+ public:
+  World(int n, SyncOptions options, ConfigWord initial = {}) {
+    for (int r = 0; r < n; ++r) {
+      options.rank = r;
+      syncs_.emplace_back(options, initial);
+    }
+    applied_.resize(size_t(n));
+    broadcasts_.resize(size_t(n));
+    stopped_after_.resize(size_t(n));
+    arrivals_.resize(size_t(n));
+    used_.resize(size_t(n));
+  }
+  ConfigSync& rank(int r) { return syncs_[size_t(r)]; }
+  int size() const { return int(syncs_.size()); }
+  void start(Clock::time_point t) {
+    for (ConfigSync& s : syncs_) s.start(t);
+  }
+
+  // One step at rank 0's time `now` (other ranks' clocks are `now + skew`, which must not matter).
+  void step(uint64_t step, Clock::time_point now, double step_s = 0.001, double allreduce_s = 0.0005,
+            bool collect = true, Clock::duration skew = 1h) {
+    auto clock = [&](size_t r) { return r == 0 ? now : now + skew; };
+    for (size_t r = 0; r < syncs_.size(); ++r)
+      if (auto s = syncs_[r].beginStep()) record(r, *s, step);
+    const bool due = syncs_[0].broadcastDue(step, collect);
+    for (size_t r = 1; r < syncs_.size(); ++r)
+      ASSERT_EQ(syncs_[r].broadcastDue(step, collect), due) << "rank " << r << " step " << step;
+    if (due) {
+      std::vector<std::array<uint8_t, kSyncWordBytes>> words(syncs_.size());
+      for (size_t r = 0; r < syncs_.size(); ++r) syncs_[r].writeBroadcast(step, clock(r), words[r]);
+      for (size_t r = 0; r < syncs_.size(); ++r) {
+        words[r] = words[0];  // the broadcast
+        broadcasts_[r].push_back(step);
+        if (auto s = syncs_[r].readBroadcast(step, words[r])) record(r, *s, step);
+      }
+    }
+    for (size_t r = 0; r < syncs_.size(); ++r) used_[r][step] = syncs_[r].config();
+    // The gradient tails, summed across ranks (the allreduce).
+    std::vector<Tail> tails(syncs_.size(), Tail{});
+    for (size_t r = 0; r < syncs_.size(); ++r)
+      syncs_[r].writeTail(step, collect, clock(r), tails[r]);
+    Tail sum{};
+    for (const Tail& t : tails)
+      for (size_t i = 0; i < kSyncWordFloats; ++i) sum[i] += t[i];
+    for (size_t r = 0; r < syncs_.size(); ++r) {
+      syncs_[r].readTail(sum);
+      syncs_[r].observe(step_s, allreduce_s);
+      if (syncs_[r].stopRequested() && !stopped_after_[r]) stopped_after_[r] = step;
+    }
+  }
+
+  // rank -> epoch -> step it was applied at
+  const std::map<uint64_t, uint64_t>& applied(int r) const { return applied_[size_t(r)]; }
+  const std::vector<uint64_t>& broadcasts(int r) const { return broadcasts_[size_t(r)]; }
+  std::optional<uint64_t> stoppedAfter(int r) const { return stopped_after_[size_t(r)]; }
+  // step -> the configuration that step's allreduce ran with
+  const std::map<uint64_t, ConfigWord>& used(int r) const { return used_[size_t(r)]; }
+  uint64_t arrival(int r, uint64_t epoch) const { return arrivals_[size_t(r)].at(epoch); }
+  // Every rank applied the same epochs at the same steps and holds the same configuration.
+  void expectRanksAgree() const {
+    for (int r = 1; r < size(); ++r) {
+      EXPECT_EQ(applied(r), applied(0)) << "rank " << r;
+      EXPECT_EQ(syncs_[size_t(r)].config(), syncs_[0].config()) << "rank " << r;
+      EXPECT_EQ(broadcasts(r), broadcasts(0)) << "rank " << r;
+    }
+  }
+
+ private:
+  void record(size_t r, const Switch& s, uint64_t step) {
+    EXPECT_GT(s.to.epoch, s.from.epoch);
+    EXPECT_TRUE(applied_[r].emplace(s.to.epoch, step).second)
+        << "rank " << r << " applied epoch " << s.to.epoch << " twice";
+    arrivals_[r][s.to.epoch] = s.arrival_ns;
+  }
+  std::vector<ConfigSync> syncs_;
+  std::vector<std::map<uint64_t, uint64_t>> applied_;
+  std::vector<std::vector<uint64_t>> broadcasts_;
+  std::vector<std::optional<uint64_t>> stopped_after_;
+  std::vector<std::map<uint64_t, uint64_t>> arrivals_;
+  std::vector<std::map<uint64_t, ConfigWord>> used_;
+};
+
+SyncOptions adaptive(Delivery d = Delivery::kAuto) {
+  SyncOptions o;
+  o.adaptive = true;
+  o.delivery = d;
+  return o;
+}
+
+TEST(ConfigSync, TailDecisionAppliesAtTheNextStepOnEveryRank) {
+  World w(4, adaptive());
+  ScriptedSource src;
+  src.script[10] = decision(1, Topology::kHalvingDoubling, PinMode::kSpread, 12345);
+  w.rank(0).addSource(src);
+  const auto t0 = Clock::now();
+  for (uint64_t s = 0; s < 20; ++s) w.step(s, t0 + s * 1ms);
+  ASSERT_EQ(w.applied(0), (std::map<uint64_t, uint64_t>{{1, 11}}));
+  w.expectRanksAgree();
+  EXPECT_EQ(w.rank(3).config(), (ConfigWord{1, Topology::kHalvingDoubling, PinMode::kSpread}));
+  EXPECT_EQ(w.arrival(0, 1), 12345u) << "rank 0 logs when its decision arrived";
+  EXPECT_EQ(w.arrival(2, 1), 0u);
+  EXPECT_FALSE(w.rank(0).broadcastMode());
+  EXPECT_TRUE(w.broadcasts(0).empty());
+}
+
+TEST(ConfigSync, OnlyRankZeroTakesDecisions) {
+  World w(2, adaptive());
+  ScriptedSource zero, one;
+  zero.script[1] = decision(1);
+  one.script[1] = decision(9, Topology::kRing, PinMode::kNuma);
+  w.rank(0).addSource(zero);
+  w.rank(1).addSource(one);  // a source on another rank is never polled
+  for (uint64_t s = 0; s < 5; ++s) w.step(s, Clock::now());
+  EXPECT_TRUE(one.polls.empty());
+  EXPECT_EQ(w.applied(1), (std::map<uint64_t, uint64_t>{{1, 2}}));
+  w.expectRanksAgree();
+}
+
+class Deliveries : public ::testing::TestWithParam<Delivery> {};
+INSTANTIATE_TEST_SUITE_P(ConfigSync, Deliveries,
+                         ::testing::Values(Delivery::kTail, Delivery::kBroadcast),
+                         [](const auto& info) {
+                           return std::string(kDeliveryNames.name(info.param));
+                         });
+
+// --switch-every: the same switches at the same steps on every rank.
+TEST_P(Deliveries, SwitchDrawsApplyAtTheSameStepsOnEveryRank) {
+  SyncOptions o;
+  o.delivery = GetParam();
+  o.fixed_schedule = true;
+  World w(3, o);
+  SwitchDraws draws(5, 11);
+  w.rank(0).addSource(draws);
+  std::set<Topology> topologies;
+  for (uint64_t s = 0; s < 100; ++s) {
+    w.step(s, Clock::now(), 0.001, 0.2);
+    topologies.insert(w.rank(0).config().topology);
+  }
+  w.expectRanksAgree();
+  // Drawn at 5, 10, ... 95; the tail delivers at the next step, the broadcast at the same one.
+  const uint64_t lag = GetParam() == Delivery::kTail ? 1 : 0;
+  ASSERT_EQ(w.applied(0).size(), 19u);
+  for (auto [epoch, step] : w.applied(0)) EXPECT_EQ(step, 5 * epoch + lag) << "epoch " << epoch;
+  EXPECT_EQ(topologies.size(), size_t(kTopologyCount));
+  // A fixed schedule broadcasts every step when told to, and never moves there by itself (the
+  // 200 ms allreduces would move auto delivery).
+  EXPECT_EQ(w.broadcasts(0).size(), GetParam() == Delivery::kBroadcast ? 100u : 0u);
+}
+
+// Checkpoint + resume: a run resumed from the configuration a checkpoint holds (nextStepConfig()
+// after the last step done) runs every later step with the configuration the uninterrupted run
+// used, also when the checkpoint falls on a draw step or between a draw and its application.
+TEST_P(Deliveries, ResumedSwitchDrawsMatchTheUninterruptedRun) {
+  SyncOptions o;
+  o.delivery = GetParam();
+  o.fixed_schedule = true;
+  World whole(2, o);
+  SwitchDraws draws(5, 11);
+  whole.rank(0).addSource(draws);
+  std::map<uint64_t, ConfigWord> checkpoint_at;  // step done -> what a checkpoint then holds
+  for (uint64_t s = 0; s < 60; ++s) {
+    whole.step(s, Clock::now());
+    checkpoint_at[s + 1] = whole.rank(0).nextStepConfig();
+  }
+  for (uint64_t from : {45u, 46u, 50u, 51u, 53u}) {
+    World resumed(2, o, checkpoint_at.at(from));
+    SwitchDraws again(5, 11);
+    resumed.rank(0).addSource(again);
+    for (uint64_t s = from; s < 60; ++s) resumed.step(s, Clock::now());
+    resumed.expectRanksAgree();
+    for (uint64_t s = from; s < 60; ++s)
+      EXPECT_EQ(resumed.used(1).at(s), whole.used(1).at(s)) << "resumed at " << from << " step " << s;
+  }
+}
+
+// auto: above 40 ms allreduces every rank moves to the broadcast at the same step, syncs at
+// boundaries spaced to about 25 ms of steps, and moves back once allreduces are fast again.
+TEST(ConfigSync, AutoMovesBetweenTailAndBroadcastWithTheAllreduceTime) {
+  World w(3, adaptive());
+  ScriptedSource src;
+  w.rank(0).addSource(src);
+  const auto t0 = Clock::now();
+  uint64_t s = 0;
+  for (; s < 20; ++s) w.step(s, t0, 0.004, 0.010);
+  EXPECT_FALSE(w.rank(0).broadcastMode());
+  EXPECT_TRUE(w.broadcasts(0).empty());
+  // Slow allreduces: the EWMA passes 40 ms, rank 0 raises the flag, all ranks follow at once.
+  uint64_t moved = 0;
+  for (; s < 60; ++s) {
+    w.step(s, t0, 0.004, 0.200);
+    for (int r = 1; r < 3; ++r) ASSERT_EQ(w.rank(r).broadcastMode(), w.rank(0).broadcastMode());
+    if (!moved && w.rank(0).broadcastMode()) moved = s;
+  }
+  ASSERT_GT(moved, 20u);
+  ASSERT_FALSE(w.broadcasts(0).empty());
+  EXPECT_EQ(w.broadcasts(0).front(), moved + 1) << "the first sync is the next boundary";
+  // 25 ms / 4 ms steps: every 6th boundary.
+  for (size_t i = 1; i < w.broadcasts(0).size(); ++i)
+    EXPECT_EQ(w.broadcasts(0)[i] - w.broadcasts(0)[i - 1], 6u);
+  // A decision collected at a broadcast boundary applies there, before that step's allreduce.
+  const uint64_t next = w.broadcasts(0).back() + 6;
+  src.script[next] = decision(1);
+  for (; s <= next; ++s) w.step(s, t0, 0.004, 0.200);
+  EXPECT_EQ(w.applied(0).at(1), next);
+  // One arriving between syncs still rides the tail of that step's allreduce.
+  src.script[next + 2] = decision(2);
+  for (; s < next + 4; ++s) w.step(s, t0, 0.004, 0.200);
+  EXPECT_EQ(w.applied(0).at(2), next + 3);
+  // Fast again: back to the tail on every rank at the same step, no more broadcasts.
+  for (; s < 200 && w.rank(0).broadcastMode(); ++s) w.step(s, t0, 0.004, 0.001);
+  EXPECT_FALSE(w.rank(0).broadcastMode());
+  const size_t syncs = w.broadcasts(0).size();
+  for (const uint64_t end = s + 50; s < end; ++s) w.step(s, t0, 0.004, 0.001);
+  EXPECT_EQ(w.broadcasts(0).size(), syncs);
+  w.expectRanksAgree();
+}
+
+// The move needs an average above 40 ms (the first step's time is the average); the spacing is
+// clamped to 1..1000 steps.
+TEST(ConfigSync, BroadcastThresholdAndSpacingBounds) {
+  for (double allreduce_s : {kBroadcastAboveAllreduceSeconds, 0.0401}) {
+    World w(2, adaptive());
+    for (uint64_t s = 0; s < 2; ++s) w.step(s, Clock::now(), 0.05, allreduce_s);
+    EXPECT_EQ(w.rank(1).broadcastMode(), allreduce_s > kBroadcastAboveAllreduceSeconds)
+        << allreduce_s;
+  }
+
+  World slow_steps(2, adaptive(Delivery::kBroadcast));
+  for (uint64_t s = 0; s < 10; ++s) slow_steps.step(s, Clock::now(), 1.0, 0.5);
+  EXPECT_EQ(slow_steps.broadcasts(0), (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  World fast_steps(2, adaptive(Delivery::kBroadcast));
+  for (uint64_t s = 0; s < 2500; ++s) fast_steps.step(s, Clock::now(), 1e-9, 1e-9);
+  EXPECT_EQ(fast_steps.broadcasts(0), (std::vector<uint64_t>{0, 1, 1001, 2001}));
+  fast_steps.expectRanksAgree();
+}
+
+TEST(ConfigSync, FixedDeliveriesAndRunsWithoutDecisionsNeverMove) {
+  struct Case {
+    std::string name;
+    SyncOptions options;
+    bool broadcast;
+  };
+  SyncOptions duration_only;
+  duration_only.duration_s = 3600;
+  SyncOptions draws = adaptive();
+  draws.fixed_schedule = true;
+  const Case cases[] = {{"--sync tail", adaptive(Delivery::kTail), false},
+                        {"--sync broadcast", adaptive(Delivery::kBroadcast), true},
+                        {"--duration only", duration_only, false},
+                        {"--switch-every", draws, false}};
+  for (const Case& c : cases) {
+    World w(2, c.options);
+    for (uint64_t s = 0; s < 60; ++s) {
+      w.step(s, Clock::now(), 0.3, s < 30 ? 0.2 : 0.001);
+      ASSERT_EQ(w.rank(1).broadcastMode(), c.broadcast) << c.name << " step " << s;
+    }
+  }
+}
+
+TEST(ConfigSync, WithoutDecisionsOrDeadlineTheTailIsLeftAlone) {
+  ConfigSync sync(SyncOptions{}, ConfigWord{0, Topology::kBcube, PinMode::kNone});
+  EXPECT_FALSE(sync.active());
+  Tail tail;
+  tail.fill(2.5f);  // whatever the gradients left there
+  sync.writeTail(0, true, Clock::now(), tail);
+  EXPECT_EQ(tail[0], 2.5f);
+  EXPECT_FALSE(sync.broadcastDue(0, true));
+  EXPECT_EQ(sync.config().topology, Topology::kBcube);
+}
+
+// --duration: rank 0's clock decides; ranks whose clocks run ahead do not stop early.
+TEST_P(Deliveries, DurationStopsEveryRankAfterTheSameStep) {
+  SyncOptions o;
+  o.delivery = GetParam();
+  o.duration_s = 1.0;
+  World w(4, o);
+  const auto t0 = Clock::now();
+  w.start(t0);
+  for (uint64_t s = 0; s < 40; ++s) {
+    w.step(s, t0 + s * 30ms, 0.030, 0.001, true, 1h);
+    if (s < 34) {
+      ASSERT_FALSE(w.rank(1).stopRequested()) << "step " << s;
+    }
+  }
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(w.stoppedAfter(r), 34u) << "rank " << r;  // 34 × 30 ms
+}
+
+TEST(ConfigSync, NoDeadlineNoStop) {
+  World w(2, adaptive());
+  w.start(Clock::now() - 24h);
+  for (uint64_t s = 0; s < 10; ++s) w.step(s, Clock::now());
+  EXPECT_FALSE(w.stoppedAfter(0));
+  EXPECT_FALSE(w.stoppedAfter(1));
+}
+
+// A decision not newer than the newest applied or pending one changes nothing: the controller's
+// resends, decisions reordered on the way, a source behind a resumed checkpoint's epoch.
+TEST(ConfigSync, StaleAndDuplicateDecisionsAreDropped) {
+  World w(3, adaptive(), ConfigWord{4, Topology::kRing, PinMode::kNone});  // resumed at epoch 4
+  ScriptedSource src;
+  src.script[1] = decision(3);  // behind the checkpoint
+  src.script[2] = decision(5, Topology::kBcube);
+  src.script[3] = decision(5, Topology::kBcube);  // resent: already applied
+  src.script[4] = decision(5, Topology::kHierarchical);  // same epoch, other values
+  src.script[5] = decision(4);
+  src.script[6] = decision(6, Topology::kHalvingDoubling);
+  src.script[7] = decision(kMaxSyncEpoch + 1);  // the word cannot carry it
+  w.rank(0).addSource(src);
+  for (uint64_t s = 0; s < 10; ++s) w.step(s, Clock::now());
+  EXPECT_EQ(w.applied(0), (std::map<uint64_t, uint64_t>{{5, 3}, {6, 7}}));
+  w.expectRanksAgree();
+  EXPECT_EQ(w.rank(0).config(), (ConfigWord{6, Topology::kHalvingDoubling, PinMode::kCompact}));
+  EXPECT_EQ(w.rank(0).staleDecisions(), 4u);
+  EXPECT_EQ(w.rank(0).unencodableDecisions(), 1u);
+  EXPECT_EQ(src.newest_seen[1], 4u);
+  EXPECT_EQ(src.newest_seen[3], 5u);
+}
+
+// Two sources at one boundary: the later-polled newer decision wins, the older is never applied;
+// the second source sees the first one's pending epoch.
+TEST(ConfigSync, NewestPendingDecisionWins) {
+  World w(2, adaptive());
+  ScriptedSource first, second;
+  first.script[2] = decision(1, Topology::kBcube);
+  second.script[2] = decision(2, Topology::kHierarchical);
+  w.rank(0).addSource(first);
+  w.rank(0).addSource(second);
+  for (uint64_t s = 0; s < 5; ++s) w.step(s, Clock::now());
+  EXPECT_EQ(second.newest_seen[2], 1u);
+  EXPECT_EQ(w.applied(0), (std::map<uint64_t, uint64_t>{{2, 3}}));
+  EXPECT_EQ(w.rank(1).config().topology, Topology::kHierarchical);
+}
+
+// Broadcast boundaries and the tail both collect; the sources are polled once per step, and not
+// at all in an --overhead-ab off block (collect = false), where no broadcast runs either.
+TEST(ConfigSync, DecisionsAreCollectedOncePerStepAndNotInOffBlocks) {
+  World w(2, adaptive(Delivery::kBroadcast));
+  ScriptedSource src;
+  w.rank(0).addSource(src);
+  for (uint64_t s = 0; s < 10; ++s) w.step(s, Clock::now(), 1.0, 0.5, /*collect=*/s < 5);
+  for (uint64_t s = 0; s < 5; ++s) EXPECT_EQ(src.polls[s], 1) << "step " << s;
+  for (uint64_t s = 5; s < 10; ++s) EXPECT_EQ(src.polls.count(s), 0u) << "step " << s;
+  EXPECT_EQ(w.broadcasts(0), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
+}
+
+// Rank 0 taking decisions from its control socket: a forged one is counted and dropped, the
+// signed one reaches every rank at the same step, its replay changes nothing.
+TEST(ReceiverSource, TakesVerifiedDecisionsFromTheControlSocket) {
+  const std::string secret = "config-sync-test-secret";
+  Verifier verifier("job", secret, 0);
+  ControlReceiver receiver("127.0.0.1:0", verifier);
+  uint64_t rejected = 0;
+  std::vector<Decision> accepted;
+  ReceiverSource source(
+      receiver, verifier, [&](const Decision& d) { accepted.push_back(d); },
+      [&](uint64_t n) { rejected += n; });
+  World w(3, adaptive());
+  w.rank(0).addSource(source);
+
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(receiver.port());
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  auto send = [&](const std::vector<uint8_t>& d) {
+    ASSERT_EQ(sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+              ssize_t(d.size()));
+  };
+  auto stepUntil = [&](uint64_t& s, auto done) {
+    const auto deadline = Clock::now() + 10s;
+    while (!done() && Clock::now() < deadline) w.step(s++, Clock::now());
+    return done();
+  };
+
+  uint64_t s = 0;
+  send(testing::signedDecision("job", 1, Topology::kBcube, PinMode::kNone, "forged"));
+  send(testing::signedDecision("job", 1, Topology::kHalvingDoubling, PinMode::kCompact, secret));
+  ASSERT_TRUE(stepUntil(s, [&] { return w.applied(2).count(1) == 1; }));
+  w.expectRanksAgree();
+  EXPECT_EQ(w.rank(1).config(), (ConfigWord{1, Topology::kHalvingDoubling, PinMode::kCompact}));
+  EXPECT_EQ(rejected, 1u);
+  ASSERT_EQ(accepted.size(), 1u);
+  EXPECT_GT(accepted[0].arrival_ns, 0u);
+  EXPECT_EQ(w.arrival(0, 1), accepted[0].arrival_ns);
+
+  auto replay =
+      testing::signedDecision("job", 1, Topology::kBcube, PinMode::kNuma, secret);  // stale epoch
+  send(replay);
+  ASSERT_TRUE(stepUntil(s, [&] { return verifier.rejected(Reject::kStaleEpoch) == 1; }));
+  send(replay);  // the exact frame again
+  ASSERT_TRUE(stepUntil(s, [&] { return verifier.rejected(Reject::kReplay) == 1; }));
+  for (const uint64_t end = s + 5; s < end;) w.step(s++, Clock::now());
+  EXPECT_EQ(w.applied(0).size(), 1u);
+  EXPECT_EQ(rejected, 3u);
+  EXPECT_EQ(accepted.size(), 1u);
+  w.expectRanksAgree();
+  close(fd);
+}
+
+}  // namespace
+}  // namespace bpftrain::trainer::control

@@ -1,0 +1,189 @@
+// How a configuration (controller decision, --switch-every draw) and the --duration stop reach
+// every rank at the same step. Rank 0 collects decisions and writes one SyncWord; it travels in the
+// 8-float tail of the gradient allreduce (other ranks write zeros, so the sum is rank 0's word
+// exactly, at no extra round trip) or, once allreduces are slow, in a broadcast at spaced step
+// boundaries. Pure: ConfigSync does no I/O, the caller moves the buffers (tests are the network).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/enum_names.h"
+#include "trainer/control/verifier.h"
+
+namespace bpftrain::trainer::control {
+
+class ControlReceiver;
+
+// The word as it travels. One encoding, eight floats holding exact small integers:
+//   [0] marker 1   [1..3] epoch in 16-bit pieces (low first)   [4] topology   [5] pinning
+//   [6] flags (1: broadcast delivery from the next step, 2: stop after this step)
+//   [7] broadcast delivery: steps until the next broadcast sync (1..kMaxSyncEvery)
+// The broadcast sends the same eight floats as 32 bytes (IEEE-754 bits, little-endian).
+struct SyncWord {
+  ConfigWord config;
+  bool broadcast = false;
+  bool stop = false;
+  uint32_t sync_every = 1;
+  bool operator==(const SyncWord&) const = default;
+};
+inline constexpr size_t kSyncWordFloats = 8;
+inline constexpr size_t kSyncWordBytes = kSyncWordFloats * sizeof(float);
+inline constexpr uint64_t kMaxSyncEpoch = (uint64_t{1} << 48) - 1;
+inline constexpr uint32_t kMaxSyncEvery = 1000;
+
+// Throws std::out_of_range for an epoch above kMaxSyncEpoch or sync_every outside
+// 1..kMaxSyncEvery (ConfigSync never hands it one: such decisions are dropped when collected).
+void encodeSyncWord(const SyncWord& word, std::span<float, kSyncWordFloats> out);
+void encodeSyncWord(const SyncWord& word, std::span<uint8_t, kSyncWordBytes> out);
+// nullopt unless the marker is 1 and every field is an integer in range: a world whose sum is not
+// rank 0's word (all zeros, say) delivers nothing.
+std::optional<SyncWord> decodeSyncWord(std::span<const float, kSyncWordFloats> in);
+std::optional<SyncWord> decodeSyncWord(std::span<const uint8_t, kSyncWordBytes> in);
+
+// --sync: how words travel. auto starts in the tail and moves to the broadcast (and back) with the
+// allreduce time; tail and broadcast are fixed (tests and benchmarks).
+enum class Delivery : uint8_t { kAuto, kTail, kBroadcast };
+inline constexpr auto kDeliveryNames = enumNames<Delivery>({
+    {Delivery::kAuto, "auto"},
+    {Delivery::kTail, "tail"},
+    {Delivery::kBroadcast, "broadcast"},
+});
+
+// Above this rank-0 allreduce average (EWMA), auto delivers by broadcast: a decision that just
+// missed an allreduce waits a whole one in the tail, a broadcast at the boundary costs a round trip.
+inline constexpr double kBroadcastAboveAllreduceSeconds = 0.040;
+// Broadcast syncs at most this often: on millisecond steps a broadcast at every boundary doubled
+// the step time on the 2-core development machine; a decision still lands within a step + this.
+inline constexpr double kSyncIntervalSeconds = 0.025;
+
+// A configuration rank 0 may send, with the kernel arrival time of its datagram (0: none).
+struct Decision {
+  ConfigWord config;
+  uint64_t arrival_ns = 0;
+};
+
+// Where rank 0's decisions come from. Polled at most once per step boundary, in the order added.
+class DecisionSource {
+ public:
+  virtual ~DecisionSource() = default;
+  // newest_epoch: the newest epoch applied or pending; a decision not above it is dropped as stale.
+  virtual std::optional<Decision> poll(uint64_t step, uint64_t newest_epoch) = 0;
+};
+
+// The controller's verified decisions from rank 0's control socket. The callbacks see each
+// accepted decision and the rejections counted during a poll (for a log line and a metric).
+class ReceiverSource final : public DecisionSource {
+ public:
+  ReceiverSource(ControlReceiver& receiver, const Verifier& verifier,
+                 std::function<void(const Decision&)> on_accepted = {},
+                 std::function<void(uint64_t rejected)> on_rejected = {});
+  std::optional<Decision> poll(uint64_t step, uint64_t newest_epoch) override;
+
+ private:
+  ControlReceiver& receiver_;
+  const Verifier& verifier_;
+  std::function<void(const Decision&)> on_accepted_;
+  std::function<void(uint64_t)> on_rejected_;
+};
+
+// Test and benchmark hook (--switch-every K --switch-seed S): a topology and pinning drawn from
+// (seed, step) at every step > 0 that K divides, so a resumed run draws what an uninterrupted run
+// draws from there on.
+class SwitchDraws final : public DecisionSource {
+ public:
+  SwitchDraws(int every, uint64_t seed);
+  std::optional<Decision> poll(uint64_t step, uint64_t newest_epoch) override;
+
+ private:
+  uint64_t every_, seed_;
+};
+
+struct SyncOptions {
+  int rank = 0;
+  Delivery delivery = Delivery::kAuto;
+  // --adaptive: controller decisions can arrive, so auto may move to the broadcast.
+  bool adaptive = false;
+  // --switch-every: switch steps must be a pure function of the step (resume tests compare with an
+  // uninterrupted run), so auto never moves to the broadcast and the broadcast syncs every step.
+  bool fixed_schedule = false;
+  // --duration: > 0 stops every rank after the step in which rank 0's clock passes it.
+  double duration_s = 0;
+};
+
+// A configuration change every rank makes at the same step.
+struct Switch {
+  ConfigWord from, to;
+  uint64_t arrival_ns = 0;  // rank 0: arrival of the decision it delivers (0 elsewhere / a draw)
+};
+
+// One per rank; every rank calls the same methods at the same points of each step:
+//   beginStep → [broadcastDue → writeBroadcast, comm broadcast, readBroadcast] → compute →
+//   writeTail → allreduce(gradients + tail) → readTail → observe → stopRequested
+class ConfigSync {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ConfigSync(const SyncOptions& options, ConfigWord initial);
+
+  // Whether the protocol runs at all (decisions or a deadline); else the tail stays zero and unread.
+  bool active() const { return active_; }
+  void addSource(DecisionSource& source) { sources_.push_back(&source); }
+  // Training starts: rank 0's --duration deadline counts from here.
+  void start(Clock::time_point now);
+
+  // Start of a step: the configuration the previous allreduce carried, if newer.
+  std::optional<Switch> beginStep();
+  // Broadcast delivery: whether this boundary syncs; the same answer on every rank. `collect` false
+  // (an --overhead-ab off block) skips the sync.
+  bool broadcastDue(uint64_t step, bool collect) const;
+  // Rank 0 collects decisions and writes the word; other ranks write zeros (the broadcast fills it).
+  void writeBroadcast(uint64_t step, Clock::time_point now, std::span<uint8_t, kSyncWordBytes> word);
+  // Every rank after the broadcast: applies a newer configuration now, before this step's allreduce.
+  std::optional<Switch> readBroadcast(uint64_t step, std::span<const uint8_t, kSyncWordBytes> word);
+  // Before the allreduce: zeros on every rank but 0, which (collecting decisions when `collect`)
+  // writes its word. `tail` is the gradient buffer's last kSyncWordFloats floats.
+  void writeTail(uint64_t step, bool collect, Clock::time_point now, std::span<float> tail);
+  // After the allreduce: stages a newer configuration for the next step, takes delivery and stop.
+  void readTail(std::span<const float> tail);
+  // A finished step's times; rank 0's averages choose the delivery and space the broadcasts.
+  void observe(double step_seconds, double allreduce_seconds);
+
+  bool stopRequested() const { return stop_; }
+  bool broadcastMode() const { return broadcast_mode_; }
+  const ConfigWord& config() const { return config_; }
+  // What a checkpoint written after this step holds: the configuration the next step runs with
+  // (the one the last allreduce carried, if newer), so a resumed run switches where this one does.
+  ConfigWord nextStepConfig() const;
+  // Rank 0: decisions dropped because their epoch was not newer than the newest applied or
+  // pending one (duplicates, reordering), or too large for the word.
+  uint64_t staleDecisions() const { return stale_; }
+  uint64_t unencodableDecisions() const { return unencodable_; }
+
+ private:
+  void collect(uint64_t step);
+  uint64_t newestEpoch() const;
+  SyncWord outgoing(Clock::time_point now) const;
+  std::optional<Switch> apply(const ConfigWord& next);
+
+  SyncOptions options_;
+  bool active_;
+  std::vector<DecisionSource*> sources_;
+  ConfigWord config_;
+  std::optional<Decision> pending_;   // rank 0: collected, not yet applied
+  std::optional<ConfigWord> staged_;  // from the last allreduce, applied at the next step
+  uint64_t collected_step_ = ~uint64_t{0};
+  uint64_t next_sync_step_ = 0;
+  bool broadcast_mode_;
+  bool stop_ = false;
+  Clock::time_point deadline_ = Clock::time_point::max();  // rank 0
+  double step_seconds_ewma_ = 0, allreduce_seconds_ewma_ = 0;
+  uint64_t stale_ = 0, unencodable_ = 0;
+};
+
+}  // namespace bpftrain::trainer::control
