@@ -87,7 +87,8 @@ TEST(StatsdParse, Malformed) {
 
 TEST(StatsdParse, LabelFloodBounded) {
   std::string line = "a:1|c|#";
-  for (size_t i = 0; i <= kMaxStatsdTags; ++i) line += "k" + std::to_string(i) + ":v,";
+  for (size_t i = 0; i <= kMaxStatsdTags; ++i)
+    line.append("k").append(std::to_string(i)).append(":v,");
   EXPECT_EQ(parseErr(line), DecodeReason::kLabelFlood);
   EXPECT_EQ(parseErr(std::string("a:1|c|#k:").append(kMaxStatsdTagValueLength + 1, 'v')),
             DecodeReason::kLabelFlood);
