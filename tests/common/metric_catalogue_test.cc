@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/catalogue_check.h"
+
 namespace bpftrain::metrics {
 namespace {
 
@@ -77,6 +79,23 @@ TEST(MetricCatalogue, ReadmeTableIsTheCatalogue) {
       << "README.md's metrics table differs from common/metric_catalogue.h; replace the lines "
          "between the markers with:\n"
       << markdownTable();
+}
+
+// The scrape check the e2e tests use: it must flag a missing label, an undeclared metric and a
+// counter without _total, and accept what the catalogue declares.
+TEST(MetricCatalogue, ScrapeCheckFlagsWhatDisagrees) {
+  using testing::catalogueMismatches;
+  EXPECT_TRUE(catalogueMismatches({{"bpftrain_migrations_total{job=\"j\",rank=\"0\",scope=\"cpu\"}", 1},
+                                   {"bpftrain_step_seconds{job=\"j\",quantile=\"0.5\",rank=\"0\"}", 1},
+                                   {"bpftrain_step_seconds_count{job=\"j\",rank=\"0\"}", 1},
+                                   {"bpftrain_collector_series", 3},
+                                   {"my_own_metric_total", 1}})
+                  .empty());
+  EXPECT_EQ(catalogueMismatches({{"bpftrain_migrations_total{job=\"j\",rank=\"0\"}", 1}}).size(), 1u);
+  EXPECT_EQ(catalogueMismatches({{"bpftrain_not_declared", 1}}).size(), 1u);
+  EXPECT_EQ(catalogueMismatches({{"bpftrain_migrations{job=\"j\",rank=\"0\",scope=\"cpu\"}", 1}}).size(),
+            1u);
+  EXPECT_EQ(catalogueMismatches({{"bpftrain_loss_sum{job=\"j\",rank=\"0\"}", 1}}).size(), 1u);
 }
 
 }  // namespace

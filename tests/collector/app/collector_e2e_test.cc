@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/wire_format.h"
+#include "tests/support/catalogue_check.h"
 #include "tests/support/child_process.h"
 #include "tests/support/collector_process.h"
 
@@ -81,6 +82,8 @@ TEST(CollectorE2E, BinaryFramesAggregatedExactly) {
               1e-9 * double(per["bpftrain_step_seconds"]["sum"]));
   for (int r = 0; r < 8; ++r)  // gauges: the last value, which the generator sets to the rank
     EXPECT_EQ(get(m, "bpftrain_loss{job=\"loadgen\",rank=\"" + std::to_string(r) + "\"}"), r);
+  // Every bpftrain_ series (the ranks' and the collector's own) is declared, with its labels.
+  for (const std::string& problem : testing::catalogueMismatches(m)) ADD_FAILURE() << problem;
 }
 
 TEST(CollectorE2E, StatsdLinesAggregatedExactly) {
