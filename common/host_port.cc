@@ -84,6 +84,13 @@ uint16_t SocketAddress::port() const {
   return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
 }
 
+void SocketAddress::setPort(uint16_t port) {
+  if (family() == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port = htons(port);
+  else
+    reinterpret_cast<sockaddr_in*>(&storage)->sin_port = htons(port);
+}
+
 std::string SocketAddress::host() const {
   char text[INET6_ADDRSTRLEN] = {};
   if (family() == AF_INET6)

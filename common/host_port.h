@@ -35,6 +35,7 @@ struct SocketAddress {
   int family() const { return storage.ss_family; }
   const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage); }
   uint16_t port() const;
+  void setPort(uint16_t port);  // e.g. more sockets on the port the kernel picked for the first
   std::string host() const;  // numeric, without brackets
   std::string str() const;   // numeric HOST:PORT, "[::1]:9471" for IPv6
 };

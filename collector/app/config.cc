@@ -1,6 +1,5 @@
 #include "collector/app/config.h"
 
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -11,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "collector/controller/control_mode.h"
 #include "common/wire_format.h"
 
 namespace bpftrain::collector::app {
@@ -28,6 +28,15 @@ struct Setting {
 
 std::string got(const std::string& v) { return ", got \"" + v + "\""; }
 
+// HOST:PORT, [IPV6]:PORT or NAME:PORT (common/host_port.h); names resolve when used.
+std::string hostPort(const std::string& v, PortZero zero, HostPort& out) {
+  std::string error;
+  std::optional<HostPort> hp = parseHostPort(v, zero, error);
+  if (!hp) return error;
+  out = *hp;
+  return {};
+}
+
 template <typename T>
 bool parseInt(const std::string& s, T& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -39,27 +48,20 @@ const std::map<std::string, Setting>& settings() {
       {"listen",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
-          auto hp = parseHostPort(v);
-          if (!hp) return "expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9470" + got(v);
-          c.listen = *hp;
-          return {};
+          return hostPort(v, PortZero::kAllowed, c.listen);
         }}},
       {"metrics",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
-          auto hp = parseHostPort(v);
-          if (!hp) return "expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9471" + got(v);
-          c.metrics = *hp;
-          return {};
+          return hostPort(v, PortZero::kAllowed, c.metrics);
         }}},
       {"upstream",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
-          auto hp = parseHostPort(v);
-          if (!hp || hp->port == 0)
-            return "expected the parent collector's HOST:PORT, e.g. 10.0.0.1:9470" + got(v);
-          c.upstream = *hp;
-          return {};
+          HostPort hp;
+          std::string e = hostPort(v, PortZero::kRejected, hp);
+          if (e.empty()) c.upstream = hp;
+          return e;
         }}},
       {"window",
        {false, false,
@@ -89,24 +91,21 @@ const std::map<std::string, Setting>& settings() {
         [](CollectorConfig& c, const std::string& v) -> std::string {
           // --control=advise is shorthand for --control --control-mode advise.
           c.control = v != "false";
-          if (v == "advise" || v == "act") c.control_mode = v;
+          if (controller::parseControlMode(v)) c.control_mode = v;
           return {};
         }}},
       {"control_mode",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
-          if (v != "act" && v != "advise") return "expected act or advise" + got(v);
+          if (!controller::parseControlMode(v))
+            return "expected " + controller::kControlModeNames.alternatives() + got(v);
           c.control_mode = v;
           return {};
         }}},
       {"trainer",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
-          auto hp = parseHostPort(v);
-          if (!hp || hp->port == 0)
-            return "expected the trainer rank 0's control HOST:PORT, e.g. 127.0.0.1:9472" + got(v);
-          c.trainer = *hp;
-          return {};
+          return hostPort(v, PortZero::kRejected, c.trainer);
         }}},
       {"job",
        {false, false,
@@ -203,7 +202,7 @@ const std::map<std::string, Setting>& settings() {
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
           auto l = parseLogLevel(v);
-          if (!l) return "expected debug, info, warn or error" + got(v);
+          if (!l) return "expected " + kLogLevelNames.alternatives() + got(v);
           c.log_level = *l;
           return {};
         }}},
@@ -310,18 +309,6 @@ std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s) {
   return std::chrono::nanoseconds(n * mult);
 }
 
-std::optional<HostPort> parseHostPort(std::string_view s) {
-  size_t c = s.rfind(':');
-  if (c == std::string_view::npos || c == 0) return std::nullopt;
-  HostPort hp{std::string(s.substr(0, c)), 0};
-  in_addr a;
-  if (inet_pton(AF_INET, hp.host.c_str(), &a) != 1) return std::nullopt;
-  std::string_view port = s.substr(c + 1);
-  auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), hp.port);
-  if (ec != std::errc() || p != port.data() + port.size() || port.empty()) return std::nullopt;
-  return hp;
-}
-
 bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::string& error) {
   out = CollectorConfig{};
   // The file first (wherever --config appears), then the flags over it.
@@ -378,7 +365,7 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
       if (key == "cgroup") out.cgroups.clear();
     }
     if (s.is_bool) {
-      bool mode_value = key == "control" && (value == "act" || value == "advise");
+      bool mode_value = key == "control" && controller::parseControlMode(value).has_value();
       if (has_value && value != "true" && value != "false" && !mode_value) {
         error = a +
                 (key == "control" ? ": expected no value, =act, =advise, =true or =false"

@@ -12,19 +12,13 @@
 #include <vector>
 
 #include "collector/app/log.h"
+#include "common/host_port.h"
 
 namespace bpftrain::collector::app {
 
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-  std::string str() const { return host + ":" + std::to_string(port); }
-  bool operator==(const HostPort&) const = default;
-};
-
 struct CollectorConfig {
   std::string config_path;              // --config
-  HostPort listen{"127.0.0.1", 9470};   // --listen: UDP ingest
+  HostPort listen{"127.0.0.1", 9470};   // --listen: UDP ingest (common/host_port.h grammar)
   HostPort metrics{"127.0.0.1", 9471};  // --metrics: Prometheus /metrics
   std::chrono::nanoseconds window = std::chrono::seconds(5);
   std::chrono::nanoseconds step = std::chrono::milliseconds(500);
@@ -55,7 +49,6 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
 
 // Parses a duration such as "5s", "500ms", "250us", "2m"; nullopt when malformed.
 std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s);
-std::optional<HostPort> parseHostPort(std::string_view s);
 
 const char* collectorUsage();
 

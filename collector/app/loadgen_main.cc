@@ -2,8 +2,6 @@
 // prints exactly what it sent as one final JSON line, so tests and benchmarks can compare sent
 // with counted. Datagrams go out in sendmmsg batches; each worker keeps one socket (its flow) so
 // the collector sees its sequence numbers in order.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,10 +13,12 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/wire_format.h"
 
 namespace {
@@ -29,8 +29,7 @@ using bpftrain::wire::SampleRecord;
 using bpftrain::wire::SampleType;
 
 struct Options {
-  std::string host = "127.0.0.1";
-  uint16_t port = 9470;
+  bpftrain::HostPort target{"127.0.0.1", 9470};
   bool statsd = false;
   int workers = 4;
   double hz = 10;        // datagrams per worker per second (workers mode)
@@ -69,13 +68,10 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--target") {
-      std::string t = val();
-      size_t c = t.rfind(':');
-      if (c == std::string::npos) usage("--target: expected HOST:PORT");
-      o.host = t.substr(0, c);
-      double p = number("--target port", t.c_str() + c + 1);
-      if (p < 1 || p > 65535) usage("--target: port must be 1..65535");
-      o.port = uint16_t(p);
+      std::string error;
+      auto hp = bpftrain::parseHostPort(val(), bpftrain::PortZero::kRejected, error);
+      if (!hp) usage(("--target: " + error).c_str());
+      o.target = *hp;
     } else if (a == "--protocol") {
       std::string p = val();
       if (p != "binary" && p != "statsd") usage("--protocol: binary or statsd");
@@ -135,17 +131,17 @@ struct Worker {
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
-  sockaddr_in dst{};
-  dst.sin_family = AF_INET;
-  dst.sin_port = htons(o.port);
-  if (inet_pton(AF_INET, o.host.c_str(), &dst.sin_addr) != 1) usage("--target: IPv4 address");
+  std::string error;
+  std::optional<bpftrain::SocketAddress> dst =
+      bpftrain::resolveHostPort(o.target, SOCK_DGRAM, error);
+  if (!dst) usage(("--target: " + error).c_str());
 
   std::vector<int> fds(size_t(o.sockets));
   for (int& fd : fds) {
-    fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    fd = socket(dst->family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
     int sndbuf = 4 << 20;
     setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof sndbuf);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0) {
+    if (connect(fd, dst->get(), dst->length) != 0) {
       std::perror("bpftrain-loadgen: connect");
       return 1;
     }

@@ -7,12 +7,22 @@
 #include <optional>
 #include <string_view>
 
+#include "common/enum_names.h"
+
 namespace bpftrain::collector::app {
 
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
-std::optional<LogLevel> parseLogLevel(std::string_view s);
-std::string_view logLevelName(LogLevel l);
+inline constexpr auto kLogLevelNames = enumNames<LogLevel>({
+    {LogLevel::kDebug, "debug"},
+    {LogLevel::kInfo, "info"},
+    {LogLevel::kWarn, "warn"},
+    {LogLevel::kError, "error"},
+});
+constexpr std::optional<LogLevel> parseLogLevel(std::string_view s) {
+  return kLogLevelNames.parse(s);
+}
+constexpr std::string_view logLevelName(LogLevel l) { return kLogLevelNames.name(l, "info"); }
 void setLogLevel(LogLevel l);
 LogLevel logLevel();
 

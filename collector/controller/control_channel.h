@@ -1,25 +1,22 @@
-// The controller's side of the control port: signs decisions with HMAC-SHA256 over
-// wire::controlSigningBytes() and sends them as kControl frames to the trainer's rank 0 over UDP.
+// The controller's side of the control port: signs decisions (common/control_frame.h: HMAC-SHA256
+// over wire::controlSigningBytes()) and sends them as kControl frames to the trainer's rank 0 over
+// UDP.
 // Non-blocking: a full socket is a failed send that the service retries at the next step.
 #pragma once
-
-#include <netinet/in.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "common/host_port.h"
 #include "common/wire_format.h"
 
 namespace bpftrain::collector::controller {
 
-// Wall clock (CLOCK_REALTIME) in nanoseconds: the trainer checks control timestamps against its
-// own wall clock, which is the clock two hosts share.
-uint64_t wallClockNs();
-
 class ControlChannel {
  public:
-  // `address` is "IPv4:PORT". nullptr with `error` naming the fix on a bad address or secret.
+  // `address` is HOST:PORT, [IPV6]:PORT or NAME:PORT (common/host_port.h), resolved here once.
+  // nullptr with `error` naming the fix on a bad address or secret.
   static std::unique_ptr<ControlChannel> open(const std::string& address, std::string secret,
                                               std::string job, std::string& error);
   ~ControlChannel();
@@ -34,20 +31,12 @@ class ControlChannel {
  private:
   ControlChannel() = default;
   int fd_ = -1;
-  sockaddr_in to_{};
+  SocketAddress to_;
   std::string address_;
   std::string secret_;
   std::string job_;
   uint64_t sender_id_ = 0;
   uint32_t sequence_ = 0;
 };
-
-// Fills c.mac for `secret` (shared with the trainer's verifier and the tests' fake trainer).
-void signControl(wire::Control& c, const std::string& secret);
-// True when c.mac is the HMAC of c's signing bytes under `secret`.
-bool verifyControl(const wire::Control& c, const std::string& secret);
-
-// "HOST:PORT" with a numeric IPv4 host; false on anything else.
-bool parseIpv4Address(const std::string& s, sockaddr_in& out);
 
 }  // namespace bpftrain::collector::controller

@@ -17,7 +17,7 @@ namespace bpftrain::collector::exporter {
 
 class MetricsServer {
  public:
-  // Binds HOST:PORT (IPv4, [IPv6] or a resolvable host name). On failure returns null and sets
+  // Binds HOST:PORT, [IPV6]:PORT or NAME:PORT (common/host_port.h). On failure returns null and sets
   // `error` to one line naming the fix.
   static std::unique_ptr<MetricsServer> start(const std::string& host_port, std::string& error,
                                               size_t threads = 2);
@@ -39,8 +39,5 @@ class MetricsServer {
   std::string host_;
   int port_ = 0;
 };
-
-// Splits "HOST:PORT" / "[V6]:PORT"; false with an error naming the expected form.
-bool splitHostPort(const std::string& host_port, std::string& host, int& port, std::string& error);
 
 }  // namespace bpftrain::collector::exporter

@@ -1,7 +1,5 @@
 #include "collector/window/series_store.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -348,12 +346,6 @@ class ShardedSeriesStore final : public SeriesStore {
 
 std::unique_ptr<SeriesStore> SeriesStore::create(const WindowConfig& config) {
   return std::make_unique<ShardedSeriesStore>(config);
-}
-
-int64_t monotonicNowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 }  // namespace bpftrain::collector::window

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/host_port.h"
 #include "common/wire_format.h"
 
 extern char** environ;
@@ -76,6 +77,7 @@ std::string usage() {
   --data FILE               digits.csv.gz (default: from tools/setup)
   --timeout S               rendezvous / dead-peer / stop timeout in seconds (default 30)
   --sync auto|tail|broadcast  how decisions reach all ranks (default auto, see docs/trainer.md)
+HOST:PORT is IPV4:PORT, [IPV6]:PORT or NAME:PORT (names resolve when the socket opens).
 )";
 }
 
@@ -122,6 +124,13 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
       out = value;
       return true;
     };
+    // The address grammar of common/host_port.h; names are resolved when the socket opens.
+    auto hostPortFlag = [&](const std::string& text, PortZero zero) -> bool {
+      std::string why;
+      if (parseHostPort(text, zero, why)) return true;
+      error = flag + ": " + why;
+      return false;
+    };
     if (flag == "--help" || flag == "-h") return fail("help");
     if (flag == "--ranks") {
       if (!intFlag(o.ranks, 1, 1024)) return std::nullopt;
@@ -144,25 +153,25 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
     } else if (flag == "--topology") {
       if (!need()) return fail("--topology: expects a value");
       auto t = parseTopology(value);
-      if (!t)
-        return fail("--topology " + value +
-                    ": expected ring, halving-doubling, bcube or hierarchical");
+      if (!t) return fail("--topology " + value + ": expected " + kTopologyNames.alternatives());
       o.topology = *t;
     } else if (flag == "--pin") {
       if (!need()) return fail("--pin: expects a value");
       auto p = parsePinMode(value);
-      if (!p) return fail("--pin " + value + ": expected none, compact, spread or numa");
+      if (!p) return fail("--pin " + value + ": expected " + kPinModeNames.alternatives());
       o.pin = *p;
     } else if (flag == "--adaptive") {
       o.adaptive = true;
     } else if (flag == "--control") {
-      if (!strFlag(o.control)) return std::nullopt;
+      if (!strFlag(o.control) || !hostPortFlag(o.control, PortZero::kAllowed)) return std::nullopt;
     } else if (flag == "--secret") {
       if (!strFlag(o.secret_file)) return std::nullopt;
     } else if (flag == "--job") {
       if (!strFlag(o.job)) return std::nullopt;
     } else if (flag == "--collector") {
       if (!strFlag(o.collector)) return std::nullopt;
+      if (o.collector != "none" && !hostPortFlag(o.collector, PortZero::kRejected))
+        return std::nullopt;
     } else if (flag == "--metrics-hz") {
       if (!intFlag(o.metrics_hz, 1, 100)) return std::nullopt;
     } else if (flag == "--steps") {

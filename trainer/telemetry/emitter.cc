@@ -1,7 +1,5 @@
 #include "trainer/telemetry/emitter.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -10,38 +8,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <ctime>
+#include <optional>
 #include <stdexcept>
 
+#include "common/clock.h"
+#include "common/host_port.h"
+
 namespace bpftrain::trainer::telemetry {
-namespace {
-
-uint64_t realtimeNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
-
-}  // namespace
-
-bool parseHostPort(const std::string& text, std::string& host, uint16_t& port, std::string& error) {
-  size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    error = "'" + text + "': expected HOST:PORT, e.g. 127.0.0.1:9470";
-    return false;
-  }
-  host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  char* end = nullptr;
-  long p = std::strtol(text.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || p < 0 || p > 65535) {
-    error = "'" + text + "': port must be 0..65535";
-    return false;
-  }
-  port = uint16_t(p);
-  return true;
-}
 
 Emitter::Emitter(const EmitterOptions& options) : options_(options) {
   if (options_.hz < 1 || options_.hz > 100)
@@ -51,24 +24,19 @@ Emitter::Emitter(const EmitterOptions& options) : options_(options) {
     gethostname(host, sizeof(host) - 1);
     options_.node = wire::isValidName(host) ? host : "node";
   }
-  std::string host, error;
-  uint16_t port = 0;
-  if (!parseHostPort(options_.collector, host, port, error))
-    throw std::runtime_error("--collector " + error);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
-    throw std::runtime_error("--collector " + options_.collector + ": " + gai_strerror(rc));
-  fd_ = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd_ < 0 || connect(fd_, res->ai_addr, res->ai_addrlen) != 0) {
+  std::string error;
+  std::optional<HostPort> hp = parseHostPort(options_.collector, PortZero::kRejected, error);
+  if (!hp) throw std::runtime_error("--collector: " + error);
+  std::optional<SocketAddress> to = resolveHostPort(*hp, SOCK_DGRAM, error);
+  if (!to) throw std::runtime_error("--collector " + options_.collector + ": " + error);
+  fd_ = socket(to->family(), SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd_ < 0 || connect(fd_, to->get(), to->length) != 0) {
     std::string why = std::strerror(errno);
-    freeaddrinfo(res);
+    if (fd_ >= 0) close(fd_);
     throw std::runtime_error("--collector " + options_.collector + ": " + why);
   }
-  freeaddrinfo(res);
   if (getrandom(&sender_id_, sizeof(sender_id_), 0) != sizeof(sender_id_))
-    sender_id_ = (uint64_t(getpid()) << 32) ^ realtimeNs();
+    sender_id_ = (uint64_t(getpid()) << 32) ^ realtimeNowNs();
   buffer_.resize(wire::kMaxFrameSize);
   records_.resize(wire::kMaxSamplesPerFrame);
   ring_.resize(options_.ring_capacity);
@@ -178,7 +146,7 @@ void Emitter::tick(bool force_hello) {
   auto now = std::chrono::steady_clock::now();
   if (force_hello || tids_changed_.exchange(false) || now - last_hello_ >= options_.hello_every)
     sendHello();
-  flushRecords(realtimeNs());
+  flushRecords(realtimeNowNs());
 }
 
 void Emitter::flushRecords(uint64_t now_ns) {

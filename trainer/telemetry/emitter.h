@@ -23,7 +23,7 @@
 namespace bpftrain::trainer::telemetry {
 
 struct EmitterOptions {
-  std::string collector = "127.0.0.1:9470";  // HOST:PORT (IPv4 literal or resolvable name)
+  std::string collector = "127.0.0.1:9470";  // HOST:PORT, [IPV6]:PORT or NAME:PORT
   int hz = 10;                               // 1..100
   std::string job = "default";
   std::string node;  // defaults to the hostname
@@ -104,8 +104,5 @@ class Emitter {
   std::chrono::steady_clock::time_point last_hello_{};
   uint64_t reported_dropped_ = 0;
 };
-
-// "HOST:PORT" → sockaddr for UDP; false with `error` naming the fix.
-bool parseHostPort(const std::string& text, std::string& host, uint16_t& port, std::string& error);
 
 }  // namespace bpftrain::trainer::telemetry

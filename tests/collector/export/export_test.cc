@@ -16,6 +16,7 @@
 
 #include "collector/export/metrics_server.h"
 #include "collector/export/window_collectable.h"
+#include "common/host_port.h"
 
 namespace bpftrain::collector::exporter {
 namespace {
@@ -182,11 +183,10 @@ TEST(MetricsServer, PortZeroGivesDistinctPortsAndBadAddressesNameTheFix) {
     EXPECT_FALSE(MetricsServer::start(bad, error)) << bad;
     EXPECT_NE(error.find("HOST:PORT"), std::string::npos) << bad << ": " << error;
   }
-  std::string host;
-  int port = -1;
-  ASSERT_TRUE(splitHostPort("[::1]:9471", host, port, error));
-  EXPECT_EQ(host, "::1");
-  EXPECT_EQ(port, 9471);
+  auto v6 = parseHostPort("[::1]:9471", PortZero::kAllowed, error);
+  ASSERT_TRUE(v6) << error;
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 9471);
 }
 
 }  // namespace
