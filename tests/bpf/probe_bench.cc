@@ -27,6 +27,7 @@
 #include "collector/ingest/sender_registry.h"
 #include "collector/loader/probe_service.h"
 #include "collector/window/series_store.h"
+#include "common/clock.h"
 #include "tests/bpf/workloads.h"
 #include "tests/support/loopback.h"
 
@@ -34,12 +35,6 @@ namespace {
 
 using namespace bpftrain;
 using Clock = std::chrono::steady_clock;
-
-int64_t nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-}
 
 struct ProgStats {
   uint64_t run_ns = 0, run_cnt = 0;
@@ -286,28 +281,28 @@ int main(int argc, char** argv) {
         // bpftrain_probe_events_total): totals after the workload minus totals before it.
         auto totals = [&](const char* metric, bool only_probe) {
           double sum = 0;
-          for (const auto& snap : store->snapshot(nowNs())) {
+          for (const auto& snap : store->snapshot(monotonicNowNs())) {
             if (snap.name != metric) continue;
             for (const auto& [k, v] : snap.labels)
               if (k == "probe" && (!only_probe || v == w.probe)) sum += snap.total;
           }
           return sum;
         };
-        service->poll(registry, nowNs());
+        service->poll(registry, monotonicNowNs());
         const double ns0 = totals("bpftrain_probe_run_seconds", true);
         const double cnt0 = totals("bpftrain_probe_events", true);
         const double all0 = totals("bpftrain_probe_run_seconds", false);
         const Timing t = timed([&] { workload_events += w.run(); });
         ours.push_back(t.wall_ms);
         ours_cpu.push_back(t.cpu_ms);
-        service->poll(registry, nowNs());
+        service->poll(registry, monotonicNowNs());
         our_probe_ns += (totals("bpftrain_probe_run_seconds", true) - ns0) * 1e9;
         our_probe_cnt += totals("bpftrain_probe_events", true) - cnt0;
         our_all_ns += (totals("bpftrain_probe_run_seconds", false) - all0) * 1e9;
         if (verbose) {
           // Cumulative since load (load takes ~0.3 s, the workload most of the rest).
           std::map<std::string, std::pair<double, double>> per;
-          for (const auto& snap : store->snapshot(nowNs()))
+          for (const auto& snap : store->snapshot(monotonicNowNs()))
             for (const auto& [k, v] : snap.labels)
               if (k == "probe" && snap.name == "bpftrain_probe_run_seconds")
                 per[v].first += snap.total;

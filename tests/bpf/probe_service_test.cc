@@ -24,6 +24,7 @@
 
 #include "collector/ingest/sender_registry.h"
 #include "collector/window/series_store.h"
+#include "common/clock.h"
 #include "tests/bpf/workloads.h"
 #include "tests/support/loopback.h"
 
@@ -33,12 +34,6 @@ namespace {
 using namespace std::chrono_literals;
 using tests::bpf::Child;
 using LabelMap = std::map<std::string, std::string>;
-
-int64_t nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-}
 
 bool matches(const window::SeriesSnapshot& s, const std::string& name, const LabelMap& want) {
   if (s.name != name) return false;
@@ -63,7 +58,8 @@ class ProbeServiceTest : public ::testing::Test {
     std::string error;
     auto service = ProbeService::create(options, *store_, 0, error);
     EXPECT_NE(service, nullptr) << error;
-    if (service) service->poll(registry_, nowNs());  // sync targets before the workload runs
+    // Sync targets before the workload runs.
+    if (service) service->poll(registry_, monotonicNowNs());
     return service;
   }
 
@@ -79,19 +75,19 @@ class ProbeServiceTest : public ::testing::Test {
     target.go();
     int64_t result = 0;
     if (!target.result(result, timeout)) return std::nullopt;
-    service->poll(registry_, nowNs());
+    service->poll(registry_, monotonicNowNs());
     return result;
   }
 
   double total(const std::string& name, const LabelMap& labels) const {
     double sum = 0;
-    for (const auto& s : store_->snapshot(nowNs()))
+    for (const auto& s : store_->snapshot(monotonicNowNs()))
       if (matches(s, name, labels)) sum += s.kind == window::SeriesKind::kGauge ? s.last : s.total;
     return sum;
   }
 
   window::SeriesSnapshot series(const std::string& name, const LabelMap& labels) const {
-    for (auto& s : store_->snapshot(nowNs()))
+    for (auto& s : store_->snapshot(monotonicNowNs()))
       if (matches(s, name, labels)) return s;
     return {};
   }
@@ -130,7 +126,7 @@ TEST_F(ProbeServiceTest, MigrationsCountTargetOnlyWithinTolerance) {
   ASSERT_TRUE(bystander.result(bystander_moved, 20s));
   ASSERT_EQ(moved, kMoves);
   ASSERT_EQ(bystander_moved, kMoves);
-  service->poll(registry_, nowNs());
+  service->poll(registry_, monotonicNowNs());
   // Each forced move is exactly one sched_migrate_task; the child is pinned throughout, so the
   // only slack is a migration while it exits. Tolerance: [K, K + 2].
   const double target_moves = total("bpftrain_migrations", {{"job", "manual"}, {"rank", "0"}});
@@ -157,7 +153,7 @@ TEST_F(ProbeServiceTest, AllProcessesCountsUntargetedUnderJobAll) {
   other.go();
   int64_t moved = 0;
   ASSERT_TRUE(other.result(moved, 20s));
-  service->poll(registry_, nowNs());
+  service->poll(registry_, monotonicNowNs());
   // Everything else on the host migrates too, so only a lower bound is known.
   EXPECT_GE(total("bpftrain_migrations", {{"job", "all"}, {"rank", "all"}}), moved);
 }
@@ -200,7 +196,7 @@ TEST_F(ProbeServiceTest, CgroupTargetCountsItsProcesses) {
   member.go();
   int64_t touched = 0;
   ASSERT_TRUE(member.result(touched, 20s));
-  service->poll(registry_, nowNs());
+  service->poll(registry_, monotonicNowNs());
   EXPECT_GE(total("bpftrain_page_faults", {{"job", "cgroup"}, {"rank", "0"}}), kPages);
 }
 
@@ -235,7 +231,7 @@ TEST_F(ProbeServiceTest, MunmapInMultithreadedProcessCountsShootdowns) {
   std::optional<int64_t> done = runAsOnlyTarget(target, 30s);
   ASSERT_TRUE(done);
   const int64_t rounds = *done;
-  for (const auto& s : store_->snapshot(nowNs()))
+  for (const auto& s : store_->snapshot(monotonicNowNs()))
     if (s.name == "bpftrain_tlb_flushes")
       for (const auto& [k, v] : s.labels)
         if (k == "reason") std::printf("tlb_flushes{reason=%s} %.0f\n", v.c_str(), s.total);
@@ -303,7 +299,7 @@ TEST_F(ProbeServiceTest, SlowReaderQueueDepthClearlyAboveFastReader) {
   slow.go();
   EXPECT_EQ(slow_listener.drain(true), kSlowBytes);
   ASSERT_TRUE(slow.result(sent, 30s));
-  service->poll(registry_, nowNs());
+  service->poll(registry_, monotonicNowNs());
   auto get = [&](const char* metric, const char* rank) {
     return series(metric, {{"job", "manual"}, {"rank", rank}, {"transport", "tcp"}});
   };
@@ -357,7 +353,7 @@ TEST_F(ProbeServiceTest, UsdtEventsCountedExactly) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   close(to_child[1]);
   close(from_child[0]);
-  service->poll(registry_, nowNs());
+  service->poll(registry_, monotonicNowNs());
   const LabelMap who = {{"job", "manual"}, {"rank", "0"}};
   LabelMap post = who, complete = who;
   post["event"] = "post";

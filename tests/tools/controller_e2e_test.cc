@@ -36,10 +36,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/hmac.h"
+#include "common/clock.h"
 #include "common/training_config.h"
 #include "common/wire_format.h"
 #include "tests/support/child_process.h"
+#include "tests/support/requirements.h"
+#include "tests/support/signed_control.h"
 #include "tests/tools/netlab_util.h"
 
 namespace bpftrain::tools::testing {
@@ -67,29 +69,12 @@ bool inNetns(const std::string& ns, const std::function<void()>& fn) {
   return entered;
 }
 
-uint64_t wallNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
-
-// A kControl frame as the controller builds it: HMAC-SHA256 with `secret` over
-// controlSigningBytes(); the frame's sequence is the epoch.
+// A kControl frame as the controller builds it (tests/support/signed_control.h); the frame's
+// sequence is the epoch.
 std::vector<uint8_t> controlFrame(uint64_t epoch, Topology topology, PinMode pinning,
                                   std::string_view secret) {
-  wire::Control c;
-  c.job = kJob;
-  c.epoch = epoch;
-  c.topology = uint8_t(topology);
-  c.pinning = uint8_t(pinning);
-  c.timestamp_ns = wallNs();
-  uint8_t signing[512];
-  size_t n = wire::controlSigningBytes(signing, c);
-  c.mac = hmacSha256(std::span(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
-                     std::span<const uint8_t>(signing, n));
-  std::vector<uint8_t> out(wire::kMaxFrameSize);
-  out.resize(wire::encodeControl(out, /*sender_id=*/7, uint32_t(epoch), c));
-  return out;
+  return ::bpftrain::testing::signedControlFrame(kJob, epoch, uint8_t(topology), uint8_t(pinning),
+                                                 realtimeNowNs(), secret, /*sender_id=*/7);
 }
 
 // Sends `frame` to 127.0.0.1:port from inside namespace `ns`.
@@ -144,7 +129,7 @@ std::vector<FinalLine> finalLines(const std::string& out) {
 class ControllerE2e : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, tc)";
+    BPFTRAIN_REQUIRE_ROOT("network namespaces, tc");
     for (const std::string& b : {collector_, train_})
       ASSERT_TRUE(std::filesystem::exists(b))
           << b << " not built: cmake --build BUILD --target bpftrain-collector bpftrain-train";
@@ -254,7 +239,7 @@ TEST_F(ControllerE2e, SteadyStateSixtySecondsActingRulesControllerNeverSwitches)
                       "127.0.0.1:9472", "--job", kJob, "--decisions-log", decisions});
   ASSERT_FALSE(HasFailure());
   // 12.8 MB of gradients per step (the size the rules thresholds were calibrated with).
-  const uint64_t train_start_ns = wallNs();
+  const uint64_t train_start_ns = realtimeNowNs();
   auto train = startTraining("mlp:1024x4", 60);
   // The controller is fed: rank 0's steps reach the collector's windows.
   auto m = scrapeUntil([](const auto& mm) { return sumOf(mm, "bpftrain_step") > 0; }, 30s);

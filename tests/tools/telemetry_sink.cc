@@ -4,8 +4,7 @@
 //   {"wall_ns": N, "rank": R, "step": S, "samples_per_s": X, "topology": T, "epoch": E, ...}
 // Usage: netlab-telemetry-sink ADDR:PORT [--seconds S] [--forward ADDR:PORT]   (port 0: the bound
 // port is printed first as {"listening": PORT}). --forward re-sends every datagram unchanged (to
-// a collector or netlab-controller). Stops on SIGTERM/SIGINT or after S seconds.
-#include <arpa/inet.h>
+// a collector). Stops on SIGTERM/SIGINT or after S seconds.
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,22 +15,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "common/clock.h"
+#include "common/host_port.h"
 #include "common/wire_format.h"
 
 namespace {
 
 volatile sig_atomic_t g_stop = 0;
 void onSignal(int) { g_stop = 1; }
-
-uint64_t wallNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
 
 }  // namespace
 
@@ -48,31 +43,27 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--seconds") seconds = std::atof(argv[i + 1]);
     if (std::string(argv[i]) == "--forward") forward = argv[i + 1];
   }
-  auto parse = [](const std::string& s, sockaddr_in& a) {
-    size_t colon = s.rfind(':');
-    a = sockaddr_in{};
-    a.sin_family = AF_INET;
-    if (colon == std::string::npos || inet_pton(AF_INET, s.substr(0, colon).c_str(), &a.sin_addr) != 1)
-      return false;
-    a.sin_port = htons(uint16_t(std::atoi(s.c_str() + colon + 1)));
-    return true;
+  // HOST:PORT as every binary reads it (common/host_port.h); port 0 only for the listening side.
+  auto resolve = [](const std::string& s, bpftrain::PortZero zero) {
+    std::string error;
+    std::optional<bpftrain::SocketAddress> out;
+    if (auto hp = bpftrain::parseHostPort(s, zero, error))
+      out = bpftrain::resolveHostPort(*hp, SOCK_DGRAM, error);
+    if (!out) std::fprintf(stderr, "netlab-telemetry-sink: %s: %s\n", s.c_str(), error.c_str());
+    return out;
   };
-  sockaddr_in a{}, fwd{};
-  if (!parse(addr, a) || (!forward.empty() && !parse(forward, fwd))) {
-    std::fprintf(stderr, "netlab-telemetry-sink: bad address: expected IPv4:PORT\n");
+  std::optional<bpftrain::SocketAddress> a = resolve(addr, bpftrain::PortZero::kAllowed), fwd;
+  if (!a || (!forward.empty() && !(fwd = resolve(forward, bpftrain::PortZero::kRejected))))
     return 2;
-  }
-  int fwd_fd = forward.empty() ? -1 : socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fwd_fd = forward.empty() ? -1 : socket(fwd->family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fd = socket(a->family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
   int rcvbuf = 8 << 20;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  if (bind(fd, a->get(), a->length) != 0) {
     std::fprintf(stderr, "netlab-telemetry-sink: bind %s: %s\n", addr.c_str(), std::strerror(errno));
     return 1;
   }
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  std::printf("{\"listening\": %u}\n", ntohs(a.sin_port));
+  std::printf("{\"listening\": %u}\n", bpftrain::boundAddress(fd).value_or(*a).port());
   std::fflush(stdout);
   signal(SIGTERM, onSignal);
   signal(SIGINT, onSignal);
@@ -85,9 +76,9 @@ int main(int argc, char** argv) {
     if (poll(&p, 1, 200) <= 0) continue;
     ssize_t n = recv(fd, buf.data(), buf.size(), 0);
     if (n <= 0) continue;
-    uint64_t now = wallNs();
+    uint64_t now = bpftrain::realtimeNowNs();
     if (fwd_fd >= 0)
-      sendto(fwd_fd, buf.data(), size_t(n), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&fwd), sizeof fwd);
+      sendto(fwd_fd, buf.data(), size_t(n), MSG_DONTWAIT, fwd->get(), fwd->length);
     std::span<const uint8_t> d(buf.data(), size_t(n));
     FrameView f;
     while (!d.empty() && nextFrame(d, f) == DecodeError::kNone) {

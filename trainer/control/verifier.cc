@@ -3,33 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/control_frame.h"
 #include "common/wire_format.h"
 
 namespace bpftrain::trainer::control {
-
-std::string_view rejectName(Reject r) {
-  switch (r) {
-    case Reject::kNone:
-      return "none";
-    case Reject::kMalformed:
-      return "malformed";
-    case Reject::kWrongJob:
-      return "wrong_job";
-    case Reject::kBadMac:
-      return "bad_mac";
-    case Reject::kClockSkew:
-      return "clock_skew";
-    case Reject::kReplay:
-      return "replay";
-    case Reject::kStaleEpoch:
-      return "stale_epoch";
-    case Reject::kUnknownValue:
-      return "unknown_value";
-    case Reject::kCount:
-      break;
-  }
-  return "unknown";
-}
 
 Verifier::Verifier(std::string job, std::string secret, uint64_t current_epoch,
                    std::chrono::seconds max_skew)
@@ -85,12 +62,7 @@ Reject Verifier::check(std::span<const uint8_t> frame_bytes, uint64_t now_ns, Co
     count(Reject::kWrongJob, c.epoch);
     return Reject::kWrongJob;
   }
-  uint8_t signing[512];
-  size_t len = wire::controlSigningBytes(signing, c);
-  Mac expected =
-      hmacSha256(std::span(reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size()),
-                 std::span<const uint8_t>(signing, len));
-  if (len == 0 || !macEqual(expected, c.mac)) {
+  if (!wire::verifyControl(c, secret_)) {
     count(Reject::kBadMac, c.epoch);
     return Reject::kBadMac;
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/enum_names.h"
 #include "common/hmac.h"
 #include "common/training_config.h"
 
@@ -27,7 +28,19 @@ enum class Reject : uint8_t {
   kUnknownValue,  // topology or pinning value this trainer does not know
   kCount,
 };
-std::string_view rejectName(Reject r);
+// The `reason` of each rejection in the log and in the tests' expectations.
+inline constexpr auto kRejectNames = enumNames<Reject>({
+    {Reject::kNone, "none"},
+    {Reject::kMalformed, "malformed"},
+    {Reject::kWrongJob, "wrong_job"},
+    {Reject::kBadMac, "bad_mac"},
+    {Reject::kClockSkew, "clock_skew"},
+    {Reject::kReplay, "replay"},
+    {Reject::kStaleEpoch, "stale_epoch"},
+    {Reject::kUnknownValue, "unknown_value"},
+});
+static_assert(kRejectNames.size() == size_t(Reject::kCount));
+constexpr std::string_view rejectName(Reject r) { return kRejectNames.name(r); }
 
 // What rank 0 broadcasts each step and every rank applies at the same step boundary.
 struct ConfigWord {

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/wire_format.h"
 #include "tests/support/signed_control.h"
 #include "trainer/control/control_receiver.h"
@@ -17,8 +18,6 @@ namespace bpftrain::trainer::control {
 namespace {
 
 constexpr std::string_view kSecret = "s3cret-for-tests";
-
-using testing::nowNs;
 
 // What the controller sends: a kControl frame signed over controlSigningBytes().
 std::vector<uint8_t> signedFrame(std::string_view job, uint64_t epoch, uint8_t topo, uint8_t pin,
@@ -29,7 +28,8 @@ std::vector<uint8_t> signedFrame(std::string_view job, uint64_t epoch, uint8_t t
 TEST(Verifier, AcceptsAValidDecision) {
   Verifier v("job", std::string(kSecret), 0);
   ConfigWord w;
-  ASSERT_EQ(v.verify(signedFrame("job", 1, 1, 2, nowNs()), nowNs(), w), Reject::kNone);
+  ASSERT_EQ(v.verify(signedFrame("job", 1, 1, 2, realtimeNowNs()), realtimeNowNs(), w),
+            Reject::kNone);
   EXPECT_EQ(w, (ConfigWord{1, Topology::kHalvingDoubling, PinMode::kSpread}));
   EXPECT_EQ(v.accepted(), 1u);
   EXPECT_EQ(v.newestEpoch(), 1u);
@@ -38,7 +38,7 @@ TEST(Verifier, AcceptsAValidDecision) {
 TEST(Verifier, RejectsAndCountsEachKindOfBadDecision) {
   Verifier v("job", std::string(kSecret), 5);
   ConfigWord w;
-  const uint64_t now = nowNs();
+  const uint64_t now = realtimeNowNs();
   EXPECT_EQ(v.verify(signedFrame("job", 4, 0, 0, now), now, w), Reject::kStaleEpoch);
   EXPECT_EQ(v.verify(signedFrame("job", 5, 0, 0, now), now, w), Reject::kStaleEpoch);
   EXPECT_EQ(v.verify(signedFrame("other", 6, 0, 0, now), now, w), Reject::kWrongJob);
@@ -74,7 +74,7 @@ TEST(Verifier, RejectsAndCountsEachKindOfBadDecision) {
 TEST(Verifier, ControllerResendsOfTheAcceptedDecisionAreNotRejections) {
   Verifier v("job", std::string(kSecret), 0);
   ConfigWord w;
-  const uint64_t now = nowNs();
+  const uint64_t now = realtimeNowNs();
   ASSERT_EQ(v.verify(signedFrame("job", 1, 2, 0, now), now, w), Reject::kNone);
   // The controller repeats epoch 1 (new timestamp, so a new MAC) until telemetry shows it applied.
   EXPECT_EQ(v.verify(signedFrame("job", 1, 2, 0, now + 1000), now, w), Reject::kStaleEpoch);
@@ -95,7 +95,7 @@ TEST(ControlReceiver, ReceivesOverUdpWithArrivalTime) {
   a.sin_family = AF_INET;
   a.sin_port = htons(rx.port());
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const uint64_t sent = nowNs();
+  const uint64_t sent = realtimeNowNs();
   auto forged = signedFrame("job", 3, 2, 1, sent, "forged");
   auto good = signedFrame("job", 2, 2, 1, sent);
   sendto(fd, forged.data(), forged.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
