@@ -12,6 +12,7 @@
 #include "common/wire_format.h"
 #include "tests/bpf/workloads.h"
 #include "tests/support/collector_process.h"
+#include "tests/support/requirements.h"
 
 namespace bpftrain {
 namespace {
@@ -46,9 +47,7 @@ double get(const Metrics& m, const std::string& key) {
 
 class CollectorProbesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root (CAP_BPF + CAP_PERFMON) to load BPF programs";
-  }
+  void SetUp() override { BPFTRAIN_REQUIRE_ROOT("CAP_BPF + CAP_PERFMON to load BPF programs"); }
 };
 
 TEST_F(CollectorProbesTest, ManualPidMigrationsAndFaultsThroughMetrics) {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/requirements.h"
+
 namespace bpftrain::collector::loader {
 namespace {
 
@@ -59,7 +61,8 @@ TEST(HostFactsTest, CpuTopologyFromSysfs) {
 }
 
 TEST(HostFactsTest, EnumNamesComeFromKernelBtf) {
-  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) GTEST_SKIP() << "kernel without BTF";
+  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("kernel without BTF");
   const auto tlb = kernelEnumNames("tlb_flush_reason", "TLB_", 8);
   ASSERT_EQ(tlb.size(), 8u);
   EXPECT_EQ(tlb[0], "flush_on_task_switch");

@@ -4,6 +4,9 @@
 set -euo pipefail
 src=${BPFTRAIN_SOURCE_DIR:?}
 dash=$src/dashboards
+for tool in promtool jq; do
+  command -v "$tool" >/dev/null || { echo "$tool not found: run tools/setup" >&2; exit 1; }
+done
 promtool check config "$dash/prometheus/prometheus.yml"
 promtool check rules "$dash/prometheus/bpftrain.rules.yml"
 jq -e '.panels | length > 0' "$dash/grafana/bpftrain-overview.json" >/dev/null

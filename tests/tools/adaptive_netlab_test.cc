@@ -1,6 +1,6 @@
 // The closed loop in netlab (root, e2e): 4 ranks of bpftrain-train as 2 hosts x 2, adaptive,
-// steered by netlab-controller (the collector's ingest + windows + ControllerService) with the
-// rules policy and the BPF transport probes (RTT jitter). Intra-host TCP is throttled (TBF on lo in both hosts) 6 s in: the flat ring's
+// steered by bpftrain-collector --control (ingest, windows, BPF probes, ControllerService) with
+// the rules policy and the BPF transport probes (RTT jitter). Intra-host TCP is throttled (TBF on lo in both hosts) 6 s in: the flat ring's
 // bus bandwidth collapses and the controller must have every rank on the hierarchical topology
 // (whose node stage uses shared memory) within the deadline; at the end every rank's parameter
 // hash is identical. The lab and every process are removed even when an assertion fails.
@@ -15,6 +15,7 @@
 #include <regex>
 #include <set>
 
+#include "tests/support/requirements.h"
 #include "tests/tools/netlab_util.h"
 
 namespace bpftrain::tools::testing {
@@ -28,13 +29,13 @@ std::string buildDir() {
 }
 
 TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, tc)";
+  BPFTRAIN_REQUIRE_ROOT("network namespaces, tc");
   const std::string train = buildDir() + "/trainer/app/bpftrain-train";
-  const std::string ctl = buildDir() + "/tests/tools/netlab-controller";
+  const std::string collector = buildDir() + "/collector/app/bpftrain-collector";
   const std::string sink = buildDir() + "/tests/tools/netlab-telemetry-sink";
-  for (const std::string& b : {train, ctl, sink})
+  for (const std::string& b : {train, collector, sink})
     ASSERT_TRUE(std::filesystem::exists(b)) << b << " not built (cmake --build the whole tree)";
-  if (runCommand({"jq", "--version"}).status != 0) GTEST_SKIP() << "jq missing: run tools/setup";
+  BPFTRAIN_REQUIRE_TOOL("jq");
 
   std::random_device rd;
   const std::string prefix = "nla" + std::to_string(getpid() % 100000) + "x" + std::to_string(rd() % 1000) + "-";
@@ -59,12 +60,13 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
       {"at": 6, "name": "throttled", "shape": [{"host": "all", "link": "lo", "rate": "500mbit"}]}]})";
   const std::string phases = dir / "phases.jsonl", decisions = dir / "decisions.jsonl";
   const std::string telemetry = dir / "telemetry.jsonl";
-  // Inside `netlab run`: controller and telemetry sink in host0 (rank 0 listens for control on
+  // Inside `netlab run`: collector and telemetry sink in host0 (rank 0 listens for control on
   // 127.0.0.1:9472 there), ranks placed h0,h0,h1,h1; 150 steps (~30-60 s here).
   const std::string script =
       "set -e; IFS=, read -ra NS <<<\"$NETLAB_NETNS\"; IFS=, read -ra AD <<<\"$NETLAB_ADDRS\"; "
-      "ip netns exec ${NS[0]} " + ctl + " --listen ${AD[0]}:9556 --control 127.0.0.1:9472 --secret " +
-      secret + " --policy rules --job e2e --bpf --decisions " + decisions + " & c=$!; "
+      "ip netns exec ${NS[0]} " + collector + " --listen ${AD[0]}:9556 --metrics 127.0.0.1:0 --control "
+      "--policy rules --trainer 127.0.0.1:9472 --secret " + secret + " --job e2e --decisions-log " +
+      decisions + " & c=$!; "
       "ip netns exec ${NS[0]} " + sink + " ${AD[0]}:9555 --forward ${AD[0]}:9556 > " + telemetry +
       " & s=$!; trap 'kill $c $s 2>/dev/null; wait' EXIT; "
       "timeout --signal=TERM 100 " + train + " --ranks 4 --netns ${NS[0]},${NS[0]},${NS[1]},${NS[1]} "

@@ -40,6 +40,7 @@
 #include "common/training_config.h"
 #include "common/wire_format.h"
 #include "tests/support/child_process.h"
+#include "tests/support/requirements.h"
 #include "tests/support/signed_control.h"
 #include "tests/tools/netlab_util.h"
 
@@ -128,7 +129,7 @@ std::vector<FinalLine> finalLines(const std::string& out) {
 class ControllerE2e : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, tc)";
+    BPFTRAIN_REQUIRE_ROOT("network namespaces, tc");
     for (const std::string& b : {collector_, train_})
       ASSERT_TRUE(std::filesystem::exists(b))
           << b << " not built: cmake --build BUILD --target bpftrain-collector bpftrain-train";

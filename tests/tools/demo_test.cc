@@ -9,10 +9,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <regex>
 #include <sstream>
 
+#include "tests/support/requirements.h"
+#include "tests/support/temp_dir.h"
 #include "tests/tools/netlab_util.h"
 
 namespace bpftrain::tools::testing {
@@ -50,16 +51,30 @@ std::vector<std::string> leftoverDemoProcesses() {
   return left;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() /
-           ("demo-test-" + std::to_string(getpid()) + "-" + std::to_string(rd() % 100000));
-    fs::create_directories(path);
+// What an unprivileged run of tools/demo reads, copied under `to` (world-readable): the script,
+// its default scenario, the two binaries (as <to>/build/...) and the digits data. The checkout
+// itself may sit under a directory other users cannot enter (a 0700 home, say).
+void stageDemoFor(const fs::path& to) {
+  const fs::path src = sourceDir(), build = buildDir();
+  const std::pair<fs::path, fs::path> files[] = {
+      {src / "tools/demo", to / "tools/demo"},
+      {src / "tools/netlab.d/demo.json", to / "tools/netlab.d/demo.json"},
+      {build / "collector/app/bpftrain-collector", to / "build/collector/app/bpftrain-collector"},
+      {build / "trainer/app/bpftrain-train", to / "build/trainer/app/bpftrain-train"},
+      {src / "data/digits.csv.gz", to / "data/digits.csv.gz"}};
+  for (const auto& [from, dest] : files) {
+    fs::create_directories(dest.parent_path());
+    fs::copy_file(from, dest, fs::copy_options::overwrite_existing);
   }
-  ~TempDir() { fs::remove_all(path); }
-};
+  for (fs::recursive_directory_iterator it(to), end; it != end; ++it) {
+    const bool dir = it->is_directory();
+    fs::permissions(it->path(),
+                    dir ? fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                              fs::perms::others_read | fs::perms::others_exec
+                        : fs::perms::others_read | fs::perms::group_read,
+                    dir ? fs::perm_options::replace : fs::perm_options::add);
+  }
+}
 
 void expectSummary(const std::string& out) {
   EXPECT_NE(out.find("== bpftrain demo summary"), std::string::npos) << out;
@@ -73,18 +88,19 @@ void expectSummary(const std::string& out) {
 }
 
 TEST(Demo, NetlabScenarioWithProbesAndController) {
-  if (geteuid() != 0)
-    GTEST_SKIP() << "needs root (netlab namespaces, tc, BPF): the loopback case covers non-root";
-  if (runCommand({"jq", "--version"}).status != 0) GTEST_SKIP() << "jq missing: run tools/setup";
-  TempDir dir;
-  const fs::path scenario = dir.path / "scenario.json";
+  bpftrain::testing::TempDir tmp("demo-test");
+  ASSERT_FALSE(tmp.path().empty());
+  const fs::path dir = tmp.path();
+  BPFTRAIN_REQUIRE_ROOT("netlab namespaces, tc, BPF (the loopback case covers non-root)");
+  BPFTRAIN_REQUIRE_TOOL("jq");
+  const fs::path scenario = dir / "scenario.json";
   // 12 s clear (start-up takes 4-10 s of it on a loaded machine), 14 s of intra-host TCP
   // congestion (the controller's rules switch to hierarchical in ~1-3 s), 8 s clear again.
   std::ofstream(scenario) << R"({"name": "demo-smoke", "hosts": 2, "end": 34, "phases": [
       {"at": 0, "name": "clear"},
       {"at": 12, "name": "congested", "shape": [{"host": "all", "link": "lo", "rate": "500mbit"}]},
       {"at": 26, "name": "clear-again", "shape": [{"host": "all", "link": "lo", "rate": "off"}]}]})";
-  const fs::path results = dir.path / "results";
+  const fs::path results = dir / "results";
   CommandResult r =
       runCommand({"env", "BUILD_DIR=" + buildDir(), "DEMO_SCENARIO=" + scenario.string(),
                   "DEMO_OUT=" + results.string(), sourceDir() + "/tools/demo"},
@@ -122,20 +138,25 @@ TEST(Demo, NetlabScenarioWithProbesAndController) {
 }
 
 TEST(Demo, WithoutRootRunsOnLoopbackWithoutProbes) {
-  TempDir dir;
-  const fs::path results = dir.path / "results";
-  std::vector<std::string> argv{"env",
-                                "BUILD_DIR=" + buildDir(),
-                                "DEMO_NO_BUILD=1",
-                                "DEMO_SECONDS=15",
-                                "DEMO_OUT=" + results.string(),
-                                sourceDir() + "/tools/demo"};
+  bpftrain::testing::TempDir tmp("demo-test");
+  ASSERT_FALSE(tmp.path().empty());
+  const fs::path dir = tmp.path();
+  const fs::path results = dir / "results";
+  std::vector<std::string> argv{"env", "DEMO_NO_BUILD=1", "DEMO_SECONDS=15",
+                                "DEMO_OUT=" + results.string()};
   if (geteuid() == 0) {
-    // Run it as nobody, as a user without root would.
+    // Run it as nobody, as a user without root would, from a copy nobody can read.
     if (runCommand({"runuser", "-u", "nobody", "--", "true"}).status != 0)
-      GTEST_SKIP() << "cannot run as nobody (runuser): the degraded mode needs a non-root user";
-    fs::permissions(dir.path, fs::perms::all);
+      BPFTRAIN_SKIP_OR_FAIL_UNDER_CI(
+          "cannot run as nobody (runuser): the degraded mode needs a non-root user");
+    ASSERT_NO_THROW(stageDemoFor(dir / "stage"));
+    fs::permissions(dir, fs::perms::all);
+    argv.insert(argv.end(), {"BUILD_DIR=" + (dir / "stage/build").string(),
+                             "BPFTRAIN_DATA=" + (dir / "stage/data/digits.csv.gz").string(),
+                             (dir / "stage/tools/demo").string()});
     argv.insert(argv.begin(), {"runuser", "-u", "nobody", "--"});
+  } else {
+    argv.insert(argv.end(), {"BUILD_DIR=" + buildDir(), sourceDir() + "/tools/demo"});
   }
   CommandResult r = runCommand(argv, 90s);
   EXPECT_EQ(r.status, 0) << r.out;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "tests/support/requirements.h"
 #include "tests/tools/netlab_util.h"
 
 namespace bpftrain::tools::testing {
@@ -21,8 +22,10 @@ using namespace std::chrono_literals;
 class NetlabTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, tc)";
-    if (runCommand({"ip", "netns", "list"}).status != 0) GTEST_SKIP() << "ip netns not usable here";
+    BPFTRAIN_REQUIRE_ROOT("network namespaces, tc");
+    BPFTRAIN_REQUIRE_TOOL("ip");
+    if (runCommand({"ip", "netns", "list"}).status != 0)
+      BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("`ip netns list` fails here: network namespaces not usable");
     std::random_device rd;
     prefix_ = "nlt" + std::to_string(getpid() % 100000) + "x" + std::to_string(rd() % 1000) + "-";
   }
@@ -95,7 +98,7 @@ TEST_F(NetlabTest, TbfLimitsATcpTransferAndLiftingItRestoresTheRate) {
 }
 
 TEST_F(NetlabTest, RunPlaysTheScenarioAndCleansUpOnSigterm) {
-  if (runCommand({"jq", "--version"}).status != 0) GTEST_SKIP() << "jq missing: run tools/setup";
+  BPFTRAIN_REQUIRE_TOOL("jq");
   std::string dir = std::filesystem::temp_directory_path() / (prefix_ + "run");
   std::filesystem::create_directories(dir);
   std::string scenario = dir + "/s.json", phases = dir + "/phases.jsonl";
@@ -135,7 +138,7 @@ TEST_F(NetlabTest, RunPlaysTheScenarioAndCleansUpOnSigterm) {
 }
 
 TEST_F(NetlabTest, RunReturnsTheCommandsExitStatusAndCleansUp) {
-  if (runCommand({"jq", "--version"}).status != 0) GTEST_SKIP() << "jq missing: run tools/setup";
+  BPFTRAIN_REQUIRE_TOOL("jq");
   CommandResult r = runCommand(
       {netlabPath(), "run", "--hosts", "2", "--prefix", prefix_, "--", "bash", "-c",
        "ip netns exec ${NETLAB_NETNS%%,*} ip -br addr show $NETLAB_IFACE && exit 7"});

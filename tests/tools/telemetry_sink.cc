@@ -4,7 +4,7 @@
 //   {"wall_ns": N, "rank": R, "step": S, "samples_per_s": X, "topology": T, "epoch": E, ...}
 // Usage: netlab-telemetry-sink ADDR:PORT [--seconds S] [--forward ADDR:PORT]   (port 0: the bound
 // port is printed first as {"listening": PORT}). --forward re-sends every datagram unchanged (to
-// a collector or netlab-controller). Stops on SIGTERM/SIGINT or after S seconds.
+// a collector). Stops on SIGTERM/SIGINT or after S seconds.
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "tests/support/loopback.h"
+#include "tests/support/requirements.h"
 #include "tests/trainer/collective/collective_test_util.h"
 
 namespace bpftrain::trainer::collective {
@@ -126,8 +127,8 @@ TEST(Collective, TransportBindsToTheGivenAddress) {
 int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
 
 TEST(Collective, RanksInSeparateNetworkNamespaces) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-  if (sh("command -v ip") != 0) GTEST_SKIP() << "iproute2 (ip) not installed: tools/setup";
+  BPFTRAIN_REQUIRE_ROOT("to create network namespaces");
+  BPFTRAIN_REQUIRE_TOOL("ip");
   const std::string tag = std::to_string(getpid() % 100000);
   const std::string ns[2] = {"bpftc" + tag + "a", "bpftc" + tag + "b"};
   const std::string addr[2] = {"10.213.0.1", "10.213.0.2"};
@@ -182,7 +183,7 @@ TEST(Collective, RanksInSeparateNetworkNamespaces) {
 // only a barrier (tiny unbound messages), every connection between the ranks already has the same
 // locked send buffer, the kernel's cap (2 x net.core.wmem_max, at most 2 x 32 MiB).
 TEST(Collective, PairSendBuffersAreSizedAtStartup) {
-  if (sh("command -v ss") != 0) GTEST_SKIP() << "ss (iproute2) not installed: tools/setup";
+  BPFTRAIN_REQUIRE_TOOL("ss");
   long wmem_max = 0;
   std::ifstream("/proc/sys/net/core/wmem_max") >> wmem_max;
   const long expected = 2 * std::clamp<long>(wmem_max, 64 << 10, 32 << 20);
@@ -217,7 +218,7 @@ TEST(Collective, PairSendBuffersAreSizedAtStartup) {
 // Ranks of one "node" that cannot map the same shared memory (here: rank 1 has its own /dev/shm in
 // a private mount namespace) fall back to the TCP node stage, say why, and still sum correctly.
 TEST(Collective, SharedMemoryUnavailableFallsBackToTcp) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a private /dev/shm";
+  BPFTRAIN_REQUIRE_ROOT("to mount a private /dev/shm");
   TempDir dir;
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {

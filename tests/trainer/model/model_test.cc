@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/requirements.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/model/checkpoint.h"
 #include "trainer/model/dataset.h"
@@ -38,7 +39,8 @@ TEST(HugeBuffer, AlignedZeroedAndHashable) {
 TEST(HugeBuffer, AdvisedBufferGetsHugePagesWhenThpAllows) {
   std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode((std::istreambuf_iterator<char>(thp)), {});
-  if (mode.find("[never]") != std::string::npos) GTEST_SKIP() << "THP is disabled on this kernel";
+  if (mode.find("[never]") != std::string::npos)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("THP is disabled on this kernel");
   int64_t before = anonHugePagesBytes();
   ASSERT_GE(before, 0);
   HugeBuffer b(8 * kHugePageSize / sizeof(float), true);
