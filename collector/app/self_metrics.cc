@@ -33,77 +33,53 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
   ingest::IngestTotals t;
   for (const auto& s : ingest_.stats()) t.add(*s);
   std::vector<MetricFamily> out;
-
-  auto samples =
-      family(metrics::kCollectorSamples);
-  for (size_t p = 0; p < size_t(ingest::Protocol::kCount); ++p)
-    add(samples, double(t.samples[p]),
-        {{"protocol", std::string(ingest::protocolName(ingest::Protocol(p)))}});
-  out.push_back(std::move(samples));
-
-  auto errors =
-      family(metrics::kCollectorDecodeErrors);
-  for (size_t r = 1; r < size_t(ingest::DecodeReason::kCount); ++r)
-    add(errors, double(t.decode_errors[r]),
-        {{"reason", std::string(ingest::decodeReasonName(ingest::DecodeReason(r)))}});
-  out.push_back(std::move(errors));
-
-  auto dropped = family(metrics::kCollectorDropped);
-  for (size_t r = 0; r < size_t(ingest::DropReason::kCount); ++r)
-    add(dropped, double(t.dropped[r]),
-        {{"reason", std::string(ingest::dropReasonName(ingest::DropReason(r)))}});
-  out.push_back(std::move(dropped));
-
-  auto lost =
-      family(metrics::kCollectorFramesLost);
-  add(lost, double(t.frames_lost));
-  out.push_back(std::move(lost));
-
-  auto kdrops = family(metrics::kCollectorKernelDrops);
-  add(kdrops, double(t.kernel_drops));
-  out.push_back(std::move(kdrops));
-
-  auto dgrams =
-      family(metrics::kCollectorDatagrams);
-  add(dgrams, double(t.datagrams));
-  out.push_back(std::move(dgrams));
-  auto bytes = family(metrics::kCollectorReceivedBytes);
-  add(bytes, double(t.bytes));
-  out.push_back(std::move(bytes));
-
+  // One family from its catalogue entry and its (value, labels) points.
+  auto push = [&out](const metrics::MetricDef& def,
+                     std::initializer_list<std::pair<double, ClientMetric::Label>> points) {
+    MetricFamily f = family(def);
+    for (const auto& [value, label] : points)
+      add(f, value, label.name.empty() ? std::vector<ClientMetric::Label>{} : std::vector{label});
+    out.push_back(std::move(f));
+  };
+  // Families with one point per value of an enum, labelled with its name.
+  auto perValue = [&out](const metrics::MetricDef& def, const char* label, size_t first,
+                         size_t count, auto value, auto name) {
+    MetricFamily f = family(def);
+    for (size_t i = first; i < count; ++i) add(f, double(value(i)), {{label, std::string(name(i))}});
+    out.push_back(std::move(f));
+  };
+  using ingest::DecodeReason, ingest::DropReason, ingest::Protocol;
+  perValue(
+      metrics::kCollectorSamples, "protocol", 0, size_t(Protocol::kCount),
+      [&](size_t i) { return t.samples[i]; },
+      [](size_t i) { return ingest::protocolName(Protocol(i)); });
+  perValue(  // reason 0 is "none"
+      metrics::kCollectorDecodeErrors, "reason", 1, size_t(DecodeReason::kCount),
+      [&](size_t i) { return t.decode_errors[i]; },
+      [](size_t i) { return ingest::decodeReasonName(DecodeReason(i)); });
+  perValue(
+      metrics::kCollectorDropped, "reason", 0, size_t(DropReason::kCount),
+      [&](size_t i) { return t.dropped[i]; },
+      [](size_t i) { return ingest::dropReasonName(DropReason(i)); });
+  const ClientMetric::Label none;
+  push(metrics::kCollectorFramesLost, {{double(t.frames_lost), none}});
+  push(metrics::kCollectorKernelDrops, {{double(t.kernel_drops), none}});
+  push(metrics::kCollectorDatagrams, {{double(t.datagrams), none}});
+  push(metrics::kCollectorReceivedBytes, {{double(t.bytes), none}});
   // Series count, rejected series, late samples and store memory come with the window
   // collectable (collector/export); the bound itself is configuration, so it is ours.
-  auto limit = family(metrics::kCollectorSeriesLimit);
-  add(limit, double(max_series_.load()));
-  out.push_back(std::move(limit));
-
-  auto senders =
-      family(metrics::kCollectorSenders);
-  add(senders, double(registry_.size()));
-  out.push_back(std::move(senders));
-
-  auto rcvbuf = family(metrics::kCollectorRcvbufBytes);
-  add(rcvbuf, double(ingest_.rcvbufBytes()), {{"requested", std::to_string(requested_rcvbuf_)}});
-  out.push_back(std::move(rcvbuf));
-  auto threads =
-      family(metrics::kCollectorIngestThreads);
-  add(threads, double(ingest_.threads()));
-  out.push_back(std::move(threads));
-
-  auto mode = family(metrics::kCollectorFeatureEnabled);
-  add(mode, double(health_.bpf_enabled.load()), {{"feature", "bpf"}});
-  add(mode, double(health_.upstream_enabled.load()), {{"feature", "upstream"}});
-  add(mode, double(health_.controller_enabled.load()), {{"feature", "controller"}});
-  out.push_back(std::move(mode));
-
-  auto reloads = family(metrics::kCollectorReloads);
-  add(reloads, double(health_.reloads.load()), {{"result", "ok"}});
-  add(reloads, double(health_.reload_failures.load()), {{"result", "error"}});
-  out.push_back(std::move(reloads));
-  auto overruns =
-      family(metrics::kCollectorStepOverruns);
-  add(overruns, double(health_.step_overruns.load()));
-  out.push_back(std::move(overruns));
+  push(metrics::kCollectorSeriesLimit, {{double(max_series_.load()), none}});
+  push(metrics::kCollectorSenders, {{double(registry_.size()), none}});
+  push(metrics::kCollectorRcvbufBytes,
+       {{double(ingest_.rcvbufBytes()), {"requested", std::to_string(requested_rcvbuf_)}}});
+  push(metrics::kCollectorIngestThreads, {{double(ingest_.threads()), none}});
+  push(metrics::kCollectorFeatureEnabled,
+       {{double(health_.bpf_enabled.load()), {"feature", "bpf"}},
+        {double(health_.upstream_enabled.load()), {"feature", "upstream"}},
+        {double(health_.controller_enabled.load()), {"feature", "controller"}}});
+  push(metrics::kCollectorReloads, {{double(health_.reloads.load()), {"result", "ok"}},
+                                    {double(health_.reload_failures.load()), {"result", "error"}}});
+  push(metrics::kCollectorStepOverruns, {{double(health_.step_overruns.load()), none}});
   return out;
 }
 
