@@ -35,25 +35,35 @@ std::string fmt(const char* f, double a, double b) {
 RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) const {
   const RulesConfig& c = config_;
   if (f.has_transport) {
-    if (f.queued_bytes_p99 >= c.queued_bytes_severe) {
-      why = fmt("queued_bytes_p99=%.0fB >= severe %.0fB", f.queued_bytes_p99, c.queued_bytes_severe);
-      return Signal::kSevere;
-    }
-    if (f.rtt_jitter_s >= c.rtt_jitter_severe_s) {
-      why = fmt("rtt_jitter=%.4fs >= severe %.4fs", f.rtt_jitter_s, c.rtt_jitter_severe_s);
-      return Signal::kSevere;
-    }
-    if (f.queued_bytes_p99 >= c.queued_bytes_high) {
-      why = fmt("queued_bytes_p99=%.0fB >= %.0fB", f.queued_bytes_p99, c.queued_bytes_high);
-      return Signal::kCongested;
-    }
-    if (f.rtt_jitter_s >= c.rtt_jitter_high_s) {
-      why = fmt("rtt_jitter=%.4fs >= %.4fs", f.rtt_jitter_s, c.rtt_jitter_high_s);
-      return Signal::kCongested;
-    }
-    if (f.rtt_p50_s >= c.rtt_p50_high_s) {
-      why = fmt("rtt_p50=%.4fs >= %.4fs", f.rtt_p50_s, c.rtt_p50_high_s);
-      return Signal::kCongested;
+    // Checked in order: the first threshold a signal reaches names the reason.
+    struct Trigger {
+      const char* what;
+      const char* unit;
+      double Features::*value;
+      double RulesConfig::*threshold;
+      Signal signal;
+    };
+    static constexpr Trigger kTriggers[] = {
+        {"queued_bytes_p99", "B", &Features::queued_bytes_p99, &RulesConfig::queued_bytes_severe,
+         Signal::kSevere},
+        {"rtt_jitter", "s", &Features::rtt_jitter_s, &RulesConfig::rtt_jitter_severe_s,
+         Signal::kSevere},
+        {"queued_bytes_p99", "B", &Features::queued_bytes_p99, &RulesConfig::queued_bytes_high,
+         Signal::kCongested},
+        {"rtt_jitter", "s", &Features::rtt_jitter_s, &RulesConfig::rtt_jitter_high_s,
+         Signal::kCongested},
+        {"rtt_p50", "s", &Features::rtt_p50_s, &RulesConfig::rtt_p50_high_s, Signal::kCongested},
+    };
+    for (const Trigger& t : kTriggers) {
+      const double value = f.*t.value, threshold = c.*t.threshold;
+      if (value < threshold) continue;
+      const bool bytes = t.unit[0] == 'B';
+      char buf[160];
+      std::snprintf(buf, sizeof buf, bytes ? "%s=%.0f%s >= %s%.0f%s" : "%s=%.4f%s >= %s%.4f%s",
+                    t.what, value, t.unit, t.signal == Signal::kSevere ? "severe " : "", threshold,
+                    t.unit);
+      why = buf;
+      return t.signal;
     }
     // No bandwidth test here: a rung's bandwidth swings with CPU load on a shared host (the demo
     // saw hierarchical at 0.75x its congested-phase best after the congestion lifted). A false
