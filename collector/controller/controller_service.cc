@@ -179,7 +179,7 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
                config_.mode == ControlMode::kAdvise ? "advises" : "switches", from.c_str(),
                to.c_str(), int(d.reason.size()), d.reason.data(), d.detail.c_str());
   writeLog({{"event", "decision"},
-            {"mode", config_.mode == ControlMode::kAdvise ? "advise" : "act"},
+            {"mode", controlModeName(config_.mode)},
             {"policy", policy_->name()},
             {"job", f.job},
             {"epoch", config_.mode == ControlMode::kAdvise ? 0 : epoch},
