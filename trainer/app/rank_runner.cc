@@ -312,8 +312,7 @@ void RankRunner::startControl() {
     decisions_.emplace(
         *receiver_, *verifier_,
         [this](const control::Decision& d) {
-          log("decision epoch %" PRIu64 " arrived at %" PRIu64 " ns", d.config.epoch,
-              d.arrival_ns);
+          log("decision epoch %" PRIu64 " arrived at %" PRIu64 " ns", d.config.epoch, d.arrival_ns);
         },
         [this](uint64_t rejected) {
           if (emitter_) emitter_->addCounter(MetricId::kControlRejected, double(rejected));

@@ -108,9 +108,9 @@ std::optional<Decision> SwitchDraws::poll(uint64_t step, uint64_t newest_epoch) 
   // uninterrupted run did there.
   if (every_ == 0 || step == 0 || step % every_ != 0) return std::nullopt;
   const uint64_t r = mix(seed_ ^ mix(step));
-  return Decision{{newest_epoch + 1, Topology(r % kTopologyCount),
-                   PinMode((r >> 8) % kPinModeCount)},
-                  realtimeNowNs()};
+  return Decision{
+      {newest_epoch + 1, Topology(r % kTopologyCount), PinMode((r >> 8) % kPinModeCount)},
+      realtimeNowNs()};
 }
 
 ConfigSync::ConfigSync(const SyncOptions& options, ConfigWord initial)
@@ -210,14 +210,14 @@ SyncWord ConfigSync::outgoing(Clock::time_point now) const {
   SyncWord w;
   w.config = pending_ && pending_->config.epoch > config_.epoch ? pending_->config : config_;
   // Without --adaptive (a --duration-only run) there are no decisions to deliver faster.
-  w.broadcast = options_.delivery == Delivery::kBroadcast ||
-                (options_.delivery == Delivery::kAuto && options_.adaptive &&
-                 !options_.fixed_schedule &&
-                 allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds);
+  w.broadcast =
+      options_.delivery == Delivery::kBroadcast ||
+      (options_.delivery == Delivery::kAuto && options_.adaptive && !options_.fixed_schedule &&
+       allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds);
   w.stop = now >= deadline_;
   if (step_seconds_ewma_ > 0 && !options_.fixed_schedule)
-    w.sync_every = uint32_t(
-        std::clamp(kSyncIntervalSeconds / step_seconds_ewma_, 1.0, double(kMaxSyncEvery)));
+    w.sync_every =
+        uint32_t(std::clamp(kSyncIntervalSeconds / step_seconds_ewma_, 1.0, double(kMaxSyncEvery)));
   return w;
 }
 

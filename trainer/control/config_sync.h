@@ -57,7 +57,7 @@ inline constexpr auto kDeliveryNames = enumNames<Delivery>({
 });
 
 // Above this rank-0 allreduce average (EWMA), auto delivers by broadcast: a decision that just
-// missed an allreduce waits a whole one in the tail, a broadcast at the boundary costs a round trip.
+// missed an allreduce waits a whole one in the tail; a boundary broadcast costs one round trip.
 inline constexpr double kBroadcastAboveAllreduceSeconds = 0.040;
 // Broadcast syncs at most this often: on millisecond steps a broadcast at every boundary doubled
 // the step time on the 2-core development machine; a decision still lands within a step + this.
@@ -131,7 +131,7 @@ class ConfigSync {
   using Clock = std::chrono::steady_clock;
   ConfigSync(const SyncOptions& options, ConfigWord initial);
 
-  // Whether the protocol runs at all (decisions or a deadline); else the tail stays zero and unread.
+  // Whether the protocol runs at all (decisions or a deadline); else the tail is left alone.
   bool active() const { return active_; }
   void addSource(DecisionSource& source) { sources_.push_back(&source); }
   // Training starts: rank 0's --duration deadline counts from here.
@@ -142,9 +142,10 @@ class ConfigSync {
   // Broadcast delivery: whether this boundary syncs; the same answer on every rank. `collect` false
   // (an --overhead-ab off block) skips the sync.
   bool broadcastDue(uint64_t step, bool collect) const;
-  // Rank 0 collects decisions and writes the word; other ranks write zeros (the broadcast fills it).
-  void writeBroadcast(uint64_t step, Clock::time_point now, std::span<uint8_t, kSyncWordBytes> word);
-  // Every rank after the broadcast: applies a newer configuration now, before this step's allreduce.
+  // Rank 0 collects decisions and writes the word; the others write zeros (the broadcast fills).
+  void writeBroadcast(uint64_t step, Clock::time_point now,
+                      std::span<uint8_t, kSyncWordBytes> word);
+  // Every rank after the broadcast: a newer configuration applies now, before this allreduce.
   std::optional<Switch> readBroadcast(uint64_t step, std::span<const uint8_t, kSyncWordBytes> word);
   // Before the allreduce: zeros on every rank but 0, which (collecting decisions when `collect`)
   // writes its word. `tail` is the gradient buffer's last kSyncWordFloats floats.

@@ -43,8 +43,8 @@ SyncWord encodeDecode(const SyncWord& w) {
 }
 
 TEST(SyncWord, RoundTripsEdgeValues) {
-  const uint64_t epochs[] = {0,           1,           0xFFFF,        0x10000,
-                             0xFFFFFFFFu, 1ull << 32,  0x123456789ABC, kMaxSyncEpoch};
+  const uint64_t epochs[] = {0,           1,          0xFFFF,         0x10000,
+                             0xFFFFFFFFu, 1ull << 32, 0x123456789ABC, kMaxSyncEpoch};
   for (uint64_t epoch : epochs)
     for (int t = 0; t < kTopologyCount; ++t)
       for (int p = 0; p < kPinModeCount; ++p)
@@ -166,8 +166,8 @@ class World {
   }
 
   // One step at rank 0's time `now` (other ranks' clocks are `now + skew`, which must not matter).
-  void step(uint64_t step, Clock::time_point now, double step_s = 0.001, double allreduce_s = 0.0005,
-            bool collect = true, Clock::duration skew = 1h) {
+  void step(uint64_t step, Clock::time_point now, double step_s = 0.001,
+            double allreduce_s = 0.0005, bool collect = true, Clock::duration skew = 1h) {
     auto clock = [&](size_t r) { return r == 0 ? now : now + skew; };
     for (size_t r = 0; r < syncs_.size(); ++r)
       if (auto s = syncs_[r].beginStep()) record(r, *s, step);
@@ -318,7 +318,8 @@ TEST_P(Deliveries, ResumedSwitchDrawsMatchTheUninterruptedRun) {
     for (uint64_t s = from; s < 60; ++s) resumed.step(s, Clock::now());
     resumed.expectRanksAgree();
     for (uint64_t s = from; s < 60; ++s)
-      EXPECT_EQ(resumed.used(1).at(s), whole.used(1).at(s)) << "resumed at " << from << " step " << s;
+      EXPECT_EQ(resumed.used(1).at(s), whole.used(1).at(s))
+          << "resumed at " << from << " step " << s;
   }
 }
 
@@ -449,7 +450,7 @@ TEST(ConfigSync, StaleAndDuplicateDecisionsAreDropped) {
   ScriptedSource src;
   src.script[1] = decision(3);  // behind the checkpoint
   src.script[2] = decision(5, Topology::kBcube);
-  src.script[3] = decision(5, Topology::kBcube);  // resent: already applied
+  src.script[3] = decision(5, Topology::kBcube);         // resent: already applied
   src.script[4] = decision(5, Topology::kHierarchical);  // same epoch, other values
   src.script[5] = decision(4);
   src.script[6] = decision(6, Topology::kHalvingDoubling);
