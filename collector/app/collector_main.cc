@@ -25,6 +25,7 @@
 #include "collector/upstream/forwarder.h"
 #include "collector/upstream/summary_codec.h"
 #include "collector/window/series_store.h"
+#include "common/metric_catalogue.h"
 #ifdef BPFTRAIN_HAVE_LOADER
 #include "collector/loader/probe_service.h"
 #endif
@@ -76,6 +77,10 @@ int run(int argc, char** argv) {
   }
   setLogLevel(cfg.log_level);
   if (cfg.list_probes) return listProbes();
+  if (cfg.list_metrics) {
+    std::fputs(metrics::markdownTable().c_str(), stdout);
+    return 0;
+  }
 
   window::WindowConfig wc;
   wc.window = cfg.window;

@@ -140,6 +140,12 @@ const std::map<std::string, Setting>& settings() {
           c.list_probes = v == "true";
           return {};
         }}},
+      {"list_metrics",
+       {true, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          c.list_metrics = v == "true";
+          return {};
+        }}},
       {"policy",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -256,11 +262,9 @@ bool applyFile(const std::string& path, CollectorConfig& out, std::string& error
     auto it = settings().find(key);
     std::string where = "config key \"" + raw_key + "\" in " + path + ": ";
     if (it == settings().end() || key == "config") {
-      error = where +
-              "unknown key (known: listen, metrics, window, step, no_bpf, control, "
-              "control_mode, trainer, job, decisions_log, features_log, policy, upstream, secret, "
-              "ingest_threads, max_series, rcvbuf, pid, "
-              "cgroup, all, list_probes, log_level)";
+      std::string known;  // from the table itself, so that the list cannot fall behind it
+      for (const auto& [name, setting] : settings()) known += (known.empty() ? "" : ", ") + name;
+      error = where + "unknown key (known: " + known + ")";
       return false;
     }
     const Setting& s = it->second;
@@ -416,13 +420,15 @@ const char* collectorUsage() {
          "  --no-bpf               do not load BPF probes\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"
          "  --list-probes          show which probes attach on this machine, then exit\n"
+         "  --list-metrics         print every metric bpftrain exports (a markdown table), then exit\n"
          "  --control[=act|advise] --policy rules|bandit --secret FILE   run the controller\n"
          "  --trainer HOST:PORT    trainer rank 0's control port (127.0.0.1:9472)\n"
          "  --job NAME             job to steer (default: the first job seen)\n"
          "  --decisions-log FILE   controller decisions as JSON lines\n"
          "  --features-log FILE    what the controller saw, a JSON line every 2 s\n"
          "  --log-level debug|info|warn|error\n"
-         "SIGHUP reloads --config (max series, upstream, log level); SIGTERM stops.\n";
+         "SIGHUP reloads --config: upstream and log level apply live, the rest (max series\n"
+         "among them) needs a restart and the log says so; SIGTERM stops.\n";
 }
 
 }  // namespace bpftrain::collector::app

@@ -39,6 +39,7 @@ struct CollectorConfig {
   std::vector<std::string> cgroups;  // --cgroup (repeatable)
   bool all_processes = false;        // --all
   bool list_probes = false;
+  bool list_metrics = false;  // print the metric catalogue as a markdown table, then exit
   bool help = false;
   LogLevel log_level = LogLevel::kInfo;
 };
