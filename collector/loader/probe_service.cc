@@ -1,171 +1,81 @@
-// The BPF loader: opens each object's skeleton, shares one target map across them, attaches each
-// probe on its own (a failure is a status, not an error), and every window step folds per-CPU
-// counter deltas, ring-buffer samples, loss counts and bpf_stats into the series store.
+// The BPF loader's common part: loads every probe module (probe_module.h), shares one pair of
+// target maps across their objects, attaches each probe on its own (a failure is a status, not an
+// error), follows the registry's targets and every window step folds per-CPU counter deltas,
+// ring-buffer samples, loss counts and bpf_stats into the series store. What a probe is and means
+// lives in its module (collector/loader/probes/); nothing here knows a probe by name.
 #include "collector/loader/probe_service.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include <linux/perf_event.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <array>
-#include <cctype>
-#include <cerrno>
-#include <cstdarg>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <map>
-#include <mutex>
 #include <set>
 
-#include "bpf/faults.h"
 #include "bpf/lib/targets.h"
-#include "bpf/migrations.h"
-#include "bpf/numa_moves.h"
-#include "bpf/page_migrations.h"
-#include "bpf/pmu.h"
-#include "bpf/tcp.h"
-#include "bpf/tlb.h"
-#include "bpf/usdt_qp.h"
 #include "collector/loader/bpf_handles.h"
+#include "collector/loader/bpf_maps.h"
 #include "collector/loader/host_facts.h"
-#include "faults.skel.h"
-#include "migrations.skel.h"
-#include "numa_moves.skel.h"
-#include "page_migrations.skel.h"
-#include "pmu.skel.h"
-#include "tcp.skel.h"
-#include "tlb.skel.h"
-#include "usdt_qp.skel.h"
+#include "collector/loader/libbpf_check.h"
+#include "collector/loader/probe_module.h"
+#include "common/metric_catalogue.h"
 
 namespace bpftrain::collector::loader {
 namespace {
 
 using window::Label;
 using window::SeriesId;
-using window::SeriesKind;
 using window::SeriesStore;
 
 constexpr SeriesId kUnset = window::kRejectedSeries - 1;
 
-// libbpf's own messages (verifier logs, "failed to find USDT notes", ...) are kept, not printed:
-// the last warning becomes part of a probe's reason. BPFTRAIN_LIBBPF_DEBUG=1 prints them all.
-std::mutex g_libbpf_mutex;
-std::string g_libbpf_last;
-
-int libbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
-  static const bool verbose = std::getenv("BPFTRAIN_LIBBPF_DEBUG") != nullptr;
-  if (verbose) {
-    va_list copy;
-    va_copy(copy, args);
-    std::vfprintf(stderr, format, copy);
-    va_end(copy);
-  }
-  if (level == LIBBPF_DEBUG) return 0;
-  char line[512];
-  std::vsnprintf(line, sizeof(line), format, args);
-  std::lock_guard lock(g_libbpf_mutex);
-  g_libbpf_last = line;
-  while (!g_libbpf_last.empty() && g_libbpf_last.back() == '\n') g_libbpf_last.pop_back();
-  return 0;
-}
-
-std::string takeLibbpfMessage() {
-  std::lock_guard lock(g_libbpf_mutex);
-  return std::exchange(g_libbpf_last, {});
-}
-
-std::string errnoText(int err) { return std::strerror(err < 0 ? -err : err); }
-
-// One probe as the user sees it (--list-probes, bpftrain_probe_up{probe}).
-struct ProbeDef {
-  const char* name;
-  const char* stem;                   // BPF object; nullptr: no program can serve it here
-  std::vector<const char*> programs;  // programs that must attach for the probe to be up
-  const char* source;                 // for --list-probes
+struct RunStats {
+  uint64_t run_ns = 0, run_cnt = 0;
 };
 
-const std::vector<ProbeDef>& probeDefs() {
-  static const std::vector<ProbeDef> defs = {
-      {"migrations", "migrations", {"on_migrate_task"}, "tp_btf sched:sched_migrate_task"},
-      {"numa_moves",
-       "numa_moves",
-       {"on_move_numa", "on_swap_numa", "on_stick_numa"},
-       "tracepoints sched:sched_{move,swap,stick}_numa"},
-      {"page_migrations",
-       "page_migrations",
-       {"on_migrate_pages"},
-       "tracepoint migrate:mm_migrate_pages"},
-      {"tlb_flush", "tlb", {"on_tlb_flush"}, "tp_btf tlb:tlb_flush"},
-      {"page_faults", "faults", {"on_page_fault_user"}, "tp_btf exceptions:page_fault_user"},
-      {"thp_faults", "faults", {"on_page_alloc"}, "tp_btf kmem:mm_page_alloc (PMD order)"},
-      {"dtlb_misses", "pmu", {"on_dtlb_miss"}, "PMU PERF_TYPE_HW_CACHE dTLB read miss"},
-      {"itlb_misses", "pmu", {"on_itlb_miss"}, "PMU PERF_TYPE_HW_CACHE iTLB read miss"},
-      {"node_load_misses", "pmu", {"on_node_load_miss"}, "PMU PERF_TYPE_HW_CACHE node read miss"},
-      {"node_loads", "pmu", {"on_node_load"}, "PMU PERF_TYPE_HW_CACHE node read access"},
-      {"numa_hint_faults", nullptr, {}, "NUMA hinting-fault tracepoint (none in mainline)"},
-      {"tcp",
-       "tcp",
-       {"on_tcp_sendmsg", "on_tcp_probe", "on_tcp_retransmit", "on_tcp_destroy"},
-       "tp_btf tcp:tcp_sendmsg_locked, tcp:tcp_probe, tcp:tcp_retransmit_skb"},
-      {"rdma_usdt",
-       "usdt_qp",
-       {"on_qp_post", "on_qp_complete"},
-       "USDT bpftrain:qp_post / bpftrain:qp_complete (per target process)"},
-  };
-  return defs;
+// bpf_stats of one program (kernel.bpf_stats_enabled): run time and run count since load.
+Status addRunStats(const bpf_program* prog, RunStats& sum) {
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  BPFTRAIN_TRY(check(std::string("reading the run time of ") + bpf_program__name(prog),
+                     [&] { return bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len); }));
+  sum.run_ns += info.run_time_ns;
+  sum.run_cnt += info.run_cnt;
+  return {};
 }
-
-// What one u64 of an object's per-slot counter struct means.
-struct CounterDef {
-  int probe = -1;  // index into probes_; not read while that probe is down
-  std::string metric;
-  std::string label_name;  // extra label besides job/rank, "" for none
-  std::string label_value;
-  // Named series exist from the first poll (0 is information); numeric fallbacks for enum
-  // values this kernel does not name appear only if they ever count.
-  bool eager = true;
-};
 
 struct Probe {
   const ProbeDef* def = nullptr;
+  size_t module = 0;  // index into loaded_
+  size_t local = 0;   // the module's own index for it
   bool up = false;
   std::string reason;
-  std::vector<bpf_program*> programs;
+  std::vector<const bpf_program*> programs;  // for bpf_stats
   uint64_t prev_run_ns = 0, prev_run_cnt = 0;
   uint64_t prev_lost = 0;
-  SeriesId up_id = kUnset, run_seconds_id = kUnset, events_id = kUnset, lost_id = kUnset;
+  SeriesId up_id = kUnset, run_seconds_id = kUnset, runs_id = kUnset, lost_id = kUnset;
 };
 
-struct LoadedObject {
-  std::string stem;
-  SkeletonPtr skeleton;
-  bpf_object* object = nullptr;
-  std::string error;  // load failure; every probe of the object is down with it
-  std::vector<LinkPtr> links;
-  // Per-slot counters.
-  int counts_fd = -1;
-  size_t counters_per_slot = 0;
-  std::vector<CounterDef> counters;
-  std::vector<uint64_t> prev;  // [slot * counters_per_slot + i]
-  std::vector<SeriesId> ids;
-  // Event loss (full ring buffer / map), attributed to one probe.
-  int lost_fd = -1;
-  int lost_probe = -1;
-  RingBufferPtr ring;
+// One module and what the service keeps about its object.
+struct Loaded {
+  const ProbeModule* module = nullptr;
+  size_t first_probe = 0;
+  std::unique_ptr<ProbeObject> object;  // null: the module did not load (its probes say why)
+  SectionValue<uint32_t> generation;    // .data.targets: bumped after each target change
+  std::vector<uint64_t> totals;         // [word] this poll
+  std::vector<uint64_t> prev;           // [slot * words + word]
+  std::vector<SeriesId> ids;            // [slot * words + word]
 };
 
 struct Slot {
   bool used = false;
-  std::string key;  // identity: "s<sender>:<pid>", "p<pid>", "c<path>"
+  bool retired = false;  // its old target could not be removed from the maps: never reused
+  std::string key;       // identity: "s<sender>:<pid>", "p<pid>", "c<path>"
   std::string job, rank;
   std::vector<uint32_t> tgids;
   uint64_t cgroup_id = 0;
-  std::map<uint32_t, std::vector<LinkPtr>> usdt_links;  // per tgid
+  std::map<uint32_t, std::vector<LinkPtr>> target_links;  // per tgid (USDT)
 };
 
 struct WantedTarget {
@@ -174,15 +84,15 @@ struct WantedTarget {
   uint64_t cgroup_id = 0;
 };
 
-class ProbeServiceImpl final : public ProbeService {
+class ProbeServiceImpl final : public ProbeService, private SampleSink {
  public:
   ProbeServiceImpl(const ProbeOptions& options, SeriesStore* store, int writer)
       : options_(options), store_(store), writer_(writer) {}
 
   ~ProbeServiceImpl() override {
-    // Links before objects, objects before the shared maps: unique_ptr members do it in
-    // reverse declaration order, slots (USDT links) explicitly first.
-    for (auto& slot : slots_) slot.usdt_links.clear();
+    // Links before objects, objects before the shared maps: members go in reverse declaration
+    // order, the slots' per-target links explicitly first.
+    for (auto& slot : slots_) slot.target_links.clear();
   }
 
   void init();
@@ -190,68 +100,53 @@ class ProbeServiceImpl final : public ProbeService {
   std::vector<ProbeStatus> status() const override;
 
  private:
-  template <typename Skel>
-  void setCommonRodata(Skel* skel) {
-    skel->rodata->target_all = options_.all_processes;
-    skel->rodata->target_by_cgroup = !options_.cgroups.empty();
-  }
-  template <typename Skel, typename Configure>
-  void loadObject(const char* stem, Skel* (*open)(), int (*load)(Skel*), void (*destroy)(Skel*),
-                  Configure configure);
-  void defineCounters(LoadedObject& obj);
-  void attachProbes();
-  void attachPmu(Probe& probe, LoadedObject& obj, uint32_t cache_id, uint32_t result);
-  LoadedObject* object(const std::string& stem);
-  int probeIndex(const std::string& name) const;
   void markDown(Probe& probe, std::string reason);
+  // A probe that was up fails while running: down with the reason, and one log line.
+  void fail(Probe& probe, const Status& status);
+  void failModule(Loaded& loaded, const Status& status);
+  bool anyUp(const Loaded& loaded) const;
+  void loadModules(const ProbeEnv& env);
+  void attachProbes();
 
   void syncTargets(const std::vector<ingest::Sender>& senders);
   void releaseSlot(size_t index);
   void publishTargets();
   void assignSlot(size_t index, const std::string& key, const WantedTarget& target);
-  void attachUsdt(Slot& slot, uint32_t tgid);
-  void readCounters(LoadedObject& obj, int64_t now_ns);
+  void dropTarget(const std::string& what, const Status& status);
+
+  void readCounters(Loaded& loaded, int64_t now_ns);
   void readLossAndStats(int64_t now_ns);
-  SeriesId slotSeries(size_t slot, const std::string& metric, const std::string& extra_name,
-                      const std::string& extra_value, SeriesKind kind);
-  SeriesId probeSeries(const char* metric, const char* probe, SeriesKind kind);
+  SeriesId probeSeries(const metrics::MetricDef& metric, std::string_view probe);
   void record(SeriesId id, double value, int64_t now_ns) {
     if (id != window::kRejectedSeries && id != kUnset) store_->record(writer_, id, value, now_ns);
   }
-  static int onTcpSample(void* ctx, void* data, size_t size);
-  static int onQpSample(void* ctx, void* data, size_t size);
+
+  // SampleSink: what modules' ring-buffer handlers record into.
+  bool live(uint32_t slot) const override {
+    return slot < slots_.size() && (slots_[slot].used || slot == BPFTRAIN_SLOT_ALL);
+  }
+  SeriesId series(uint32_t slot, const metrics::MetricDef& metric, std::string_view label_name,
+                  std::string_view label_value) override;
+  void record(SeriesId id, double value) override { record(id, value, poll_now_ns_); }
 
   ProbeOptions options_;
   SeriesStore* store_;  // null for listProbes()
   int writer_;
   int ncpus_ = 0;
-  UniqueFd tgid_map_, cgroup_map_, stats_fd_;
-  std::vector<std::unique_ptr<LoadedObject>> objects_;
+  UniqueFd stats_fd_;
+  HashMap<uint32_t, uint32_t> target_tgids_;
+  HashMap<uint64_t, uint32_t> target_cgroups_;
+  std::vector<Loaded> loaded_;
   std::vector<Probe> probes_;
   std::vector<Slot> slots_ = std::vector<Slot>(BPFTRAIN_MAX_SLOTS);
   bool synced_once_ = false;
   uint64_t registry_version_ = 0;
   int64_t poll_now_ns_ = 0;
-  std::vector<std::array<SeriesId, 3>> tcp_ids_ =
-      std::vector<std::array<SeriesId, 3>>(BPFTRAIN_MAX_SLOTS, {kUnset, kUnset, kUnset});
-  std::vector<SeriesId> rdma_depth_ids_ = std::vector<SeriesId>(BPFTRAIN_MAX_SLOTS, kUnset);
   std::vector<uint64_t> percpu_buffer_;
-  uint64_t targets_dropped_ = 0, targets_dropped_reported_ = 0;  // slots or map entries full
+  uint64_t targets_dropped_ = 0, targets_dropped_reported_ = 0;
   SeriesId targets_dropped_id_ = kUnset;
   uint32_t generation_ = 1;  // the objects' initial targets_generation
 };
-
-LoadedObject* ProbeServiceImpl::object(const std::string& stem) {
-  for (auto& obj : objects_)
-    if (obj->stem == stem) return obj.get();
-  return nullptr;
-}
-
-int ProbeServiceImpl::probeIndex(const std::string& name) const {
-  for (size_t i = 0; i < probes_.size(); ++i)
-    if (name == probes_[i].def->name) return static_cast<int>(i);
-  return -1;
-}
 
 void ProbeServiceImpl::markDown(Probe& probe, std::string reason) {
   if (!probe.up && !probe.reason.empty()) return;  // keep the first reason
@@ -259,254 +154,123 @@ void ProbeServiceImpl::markDown(Probe& probe, std::string reason) {
   probe.reason = std::move(reason);
 }
 
-template <typename Skel, typename Configure>
-void ProbeServiceImpl::loadObject(const char* stem, Skel* (*open)(), int (*load)(Skel*),
-                                  void (*destroy)(Skel*), Configure configure) {
-  auto obj = std::make_unique<LoadedObject>();
-  obj->stem = stem;
-  Skel* skel = open();
-  if (!skel) {
-    obj->error = "cannot open BPF object " + std::string(stem) + ": " + errnoText(errno);
-    objects_.push_back(std::move(obj));
-    return;
-  }
-  obj->skeleton = SkeletonPtr(skel, [destroy](void* p) { destroy(static_cast<Skel*>(p)); });
-  obj->object = skel->obj;
-  setCommonRodata(skel);
-  configure(skel);
-  // Share the loader's target maps: one write per target change serves every object.
-  bpf_map__reuse_fd(skel->maps.target_tgids, tgid_map_.get());
-  bpf_map__reuse_fd(skel->maps.target_cgroups, cgroup_map_.get());
-  // A tp_btf program whose tracepoint this kernel lacks would fail the whole object: skip it and
-  // let its probe report why.
-  bpf_program* prog;
-  bpf_object__for_each_program(prog, skel->obj) {
-    const std::string section = bpf_program__section_name(prog);
-    if (section.rfind("tp_btf/", 0) == 0 && !kernelHasRawTracepoint(section.substr(7))) {
-      bpf_program__set_autoload(prog, false);
-      for (auto& probe : probes_)
-        for (const char* name : probe.def->programs)
-          if (name == std::string(bpf_program__name(prog)))
-            markDown(probe, "tracepoint " + section.substr(7) + " does not exist in this kernel");
-    }
-  }
-  takeLibbpfMessage();
-  if (int err = load(skel); err != 0) {
-    std::string detail = takeLibbpfMessage();
-    obj->error = "BPF object " + std::string(stem) + " failed to load: " + errnoText(err) +
-                 (detail.empty() ? "" : " (" + detail + ")");
-  }
-  objects_.push_back(std::move(obj));
+void ProbeServiceImpl::fail(Probe& probe, const Status& status) {
+  if (!probe.up) return;
+  std::fprintf(stderr, "bpftrain: probe %s down: %s (%s)\n", std::string(probe.def->name).c_str(),
+               status.message().c_str(), status.where().c_str());
+  markDown(probe, status.message());
+}
+
+void ProbeServiceImpl::failModule(Loaded& loaded, const Status& status) {
+  for (size_t i = 0; i < loaded.module->probes().size(); ++i)
+    fail(probes_[loaded.first_probe + i], status);
+}
+
+bool ProbeServiceImpl::anyUp(const Loaded& loaded) const {
+  for (size_t i = 0; i < loaded.module->probes().size(); ++i)
+    if (probes_[loaded.first_probe + i].up) return true;
+  return false;
 }
 
 void ProbeServiceImpl::init() {
-  libbpf_set_print(libbpfPrint);
-  ncpus_ = libbpf_num_possible_cpus();
-  for (const auto& def : probeDefs()) {
-    Probe probe;
-    probe.def = &def;
-    probes_.push_back(std::move(probe));
+  captureLibbpfMessages();
+  for (const ProbeModule* module : probeModules()) {
+    Loaded loaded;
+    loaded.module = module;
+    loaded.first_probe = probes_.size();
+    for (size_t i = 0; i < module->probes().size(); ++i) {
+      Probe probe;
+      probe.def = &module->probes()[i];
+      probe.module = loaded_.size();
+      probe.local = i;
+      probes_.push_back(std::move(probe));
+    }
+    loaded_.push_back(std::move(loaded));
+  }
+  const Status cpus = check("cannot count the possible CPUs", [&] {
+    ncpus_ = libbpf_num_possible_cpus();
+    return ncpus_;
+  });
+  if (!cpus.ok()) {
+    for (auto& probe : probes_) markDown(probe, cpus.message());
+    return;
   }
   // Run-time statistics for bpftrain_probe_run_seconds_total: held by an fd, so they switch off
   // again (kernel.bpf_stats_enabled restored) when the collector exits, even on a crash.
   if (options_.bpf_stats) {
-    int fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-    if (fd >= 0)
+    int fd = -1;
+    const Status stats = check("bpf_stats not enabled", [&] {
+      fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+      return fd;
+    });
+    if (stats.ok())
       stats_fd_ = UniqueFd(fd);
     else
-      std::fprintf(stderr, "bpftrain: bpf_stats not enabled (%s): probe run time not exported\n",
-                   errnoText(errno).c_str());
+      std::fprintf(stderr, "bpftrain: %s: probe run time not exported\n", stats.message().c_str());
   }
-  tgid_map_ = UniqueFd(bpf_map_create(BPF_MAP_TYPE_HASH, "bt_tgids", sizeof(uint32_t),
-                                      sizeof(uint32_t), BPFTRAIN_MAX_TARGET_PIDS, nullptr));
-  cgroup_map_ = UniqueFd(bpf_map_create(BPF_MAP_TYPE_HASH, "bt_cgroups", sizeof(uint64_t),
-                                        sizeof(uint32_t), BPFTRAIN_MAX_TARGET_CGROUPS, nullptr));
-  if (!tgid_map_.valid() || !cgroup_map_.valid()) {
-    const std::string why = "cannot create the target maps: " + errnoText(errno);
-    for (auto& probe : probes_) markDown(probe, why);
-    return;
-  }
-
-  const CpuTopology topo = readCpuTopology(ncpus_);
-  loadObject<migrations_bpf>("migrations", migrations_bpf__open, migrations_bpf__load,
-                             migrations_bpf__destroy, [&](migrations_bpf* s) {
-                               for (size_t c = 0; c < topo.llc.size() && c < BPFTRAIN_MAX_CPUS;
-                                    ++c) {
-                                 s->rodata->cpu_llc[c] = topo.llc[c];
-                                 s->rodata->cpu_node[c] = topo.node[c];
-                               }
-                             });
-  loadObject<numa_moves_bpf>("numa_moves", numa_moves_bpf__open, numa_moves_bpf__load,
-                             numa_moves_bpf__destroy, [](numa_moves_bpf*) {});
-  loadObject<page_migrations_bpf>("page_migrations", page_migrations_bpf__open,
-                                  page_migrations_bpf__load, page_migrations_bpf__destroy,
-                                  [](page_migrations_bpf*) {});
-  loadObject<tlb_bpf>("tlb", tlb_bpf__open, tlb_bpf__load, tlb_bpf__destroy, [](tlb_bpf*) {});
-  const uint32_t thp_order = thpOrder();
-  loadObject<faults_bpf>(
-      "faults", faults_bpf__open, faults_bpf__load, faults_bpf__destroy,
-      [&](faults_bpf* s) { s->rodata->thp_order = thp_order ? thp_order : 255; });
-  loadObject<pmu_bpf>("pmu", pmu_bpf__open, pmu_bpf__load, pmu_bpf__destroy, [](pmu_bpf*) {});
-  loadObject<tcp_bpf>("tcp", tcp_bpf__open, tcp_bpf__load, tcp_bpf__destroy, [&](tcp_bpf* s) {
-    s->rodata->sample_interval_ns = options_.tcp_sample_interval_ns;
-  });
-  loadObject<usdt_qp_bpf>("usdt_qp", usdt_qp_bpf__open, usdt_qp_bpf__load, usdt_qp_bpf__destroy,
-                          [](usdt_qp_bpf*) {});
-  if (thp_order == 0)
-    markDown(probes_[probeIndex("thp_faults")],
-             "transparent huge pages are not configured in this kernel");
-
-  for (auto& obj : objects_) defineCounters(*obj);
+  auto tgids = HashMap<uint32_t, uint32_t>::create("bt_tgids", BPFTRAIN_MAX_TARGET_PIDS);
+  auto cgroups = HashMap<uint64_t, uint32_t>::create("bt_cgroups", BPFTRAIN_MAX_TARGET_CGROUPS);
+  for (const Status* failed : {&tgids.status(), &cgroups.status()})
+    if (!failed->ok()) {
+      for (auto& probe : probes_) markDown(probe, failed->message());
+      return;
+    }
+  target_tgids_ = tgids.take();
+  target_cgroups_ = cgroups.take();
+  loadModules(ProbeEnv{options_, ncpus_, target_tgids_, target_cgroups_});
   attachProbes();
   // The caller logs status() (one line per probe that is down), as the collector does.
 }
 
-void ProbeServiceImpl::defineCounters(LoadedObject& obj) {
-  if (!obj.error.empty()) return;
-  bpf_map* counts = bpf_object__find_map_by_name(obj.object, "counts");
-  if (!counts) return;
-  obj.counts_fd = bpf_map__fd(counts);
-  obj.counters_per_slot = bpf_map__value_size(counts) / sizeof(uint64_t);
-  auto add = [&](const char* probe, const char* metric, const char* label, std::string value) {
-    const bool eager = value.empty() || !std::isdigit(static_cast<unsigned char>(value[0]));
-    obj.counters.push_back({probeIndex(probe), metric, label, std::move(value), eager});
-  };
-  auto addEnum = [&](const char* probe, const char* metric, const char* label,
-                     const std::vector<std::string>& names, size_t n) {
-    for (size_t i = 0; i < n; ++i)
-      add(probe, metric, label,
-          i < names.size() && !names[i].empty() ? names[i] : std::to_string(i));
-  };
-  if (obj.stem == "migrations") {
-    for (const char* scope : {"cpu", "llc", "node"})
-      add("migrations", "bpftrain_migrations", "scope", scope);
-  } else if (obj.stem == "numa_moves") {
-    for (const char* kind : {"move", "swap", "stick"})
-      add("numa_moves", "bpftrain_numa_task_moves", "kind", kind);
-  } else if (obj.stem == "page_migrations") {
-    addEnum("page_migrations", "bpftrain_page_migrations", "reason",
-            kernelEnumNames("migrate_reason", "MR_", PAGE_MIGRATION_REASONS),
-            PAGE_MIGRATION_REASONS);
-  } else if (obj.stem == "tlb") {
-    addEnum("tlb_flush", "bpftrain_tlb_flushes", "reason",
-            kernelEnumNames("tlb_flush_reason", "TLB_", TLB_FLUSH_REASONS), TLB_FLUSH_REASONS);
-  } else if (obj.stem == "faults") {
-    add("page_faults", "bpftrain_page_faults", "", "");
-    add("thp_faults", "bpftrain_thp_faults", "", "");
-  } else if (obj.stem == "pmu") {
-    add("dtlb_misses", "bpftrain_dtlb_misses", "", "");
-    add("itlb_misses", "bpftrain_itlb_misses", "", "");
-    add("node_load_misses", "bpftrain_node_load_misses", "", "");
-    add("node_loads", "bpftrain_node_loads", "", "");
-  } else if (obj.stem == "tcp") {
-    add("tcp", "bpftrain_transport_retransmits", "transport", "tcp");
-    add("tcp", "bpftrain_transport_samples", "transport", "tcp");
-  } else if (obj.stem == "usdt_qp") {
-    add("rdma_usdt", "bpftrain_rdma_qp_events", "event", "post");
-    add("rdma_usdt", "bpftrain_rdma_qp_events", "event", "complete");
-  }
-  obj.counters.resize(obj.counters_per_slot);  // the struct is the contract; never read past it
-  obj.prev.assign(BPFTRAIN_MAX_SLOTS * obj.counters_per_slot, 0);
-  obj.ids.assign(BPFTRAIN_MAX_SLOTS * obj.counters_per_slot, kUnset);
-  if (bpf_map* lost = bpf_object__find_map_by_name(obj.object, "lost")) {
-    obj.lost_fd = bpf_map__fd(lost);
-    obj.lost_probe = probeIndex(obj.stem == "tcp" ? "tcp" : "rdma_usdt");
-  }
-  if (bpf_map* samples = bpf_object__find_map_by_name(obj.object, "samples")) {
-    auto callback =
-        obj.stem == "tcp" ? &ProbeServiceImpl::onTcpSample : &ProbeServiceImpl::onQpSample;
-    obj.ring.reset(ring_buffer__new(bpf_map__fd(samples), callback, this, nullptr));
-  }
-}
-
-void ProbeServiceImpl::attachPmu(Probe& probe, LoadedObject& obj, uint32_t cache_id,
-                                 uint32_t result) {
-  perf_event_attr attr{};
-  attr.type = PERF_TYPE_HW_CACHE;
-  attr.size = sizeof(attr);
-  attr.config = cache_id | (PERF_COUNT_HW_CACHE_OP_READ << 8) | (result << 16);
-  attr.sample_period = options_.pmu_sample_period;
-  attr.disabled = 0;
-  bpf_program* prog = bpf_object__find_program_by_name(obj.object, probe.def->programs[0]);
-  for (int cpu = 0; cpu < ncpus_; ++cpu) {
-    int fd =
-        static_cast<int>(syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
-    if (fd < 0) {
-      if (errno == ENODEV && cpu > 0) continue;  // offline CPU
-      const int err = errno;
-      markDown(probe, std::string(err == ENOENT || err == EOPNOTSUPP || err == EINVAL
-                                      ? "no hardware PMU for this event on this machine"
-                                      : "cannot open the PMU event") +
-                          " (perf_event_open PERF_TYPE_HW_CACHE: " + errnoText(err) + ")");
-      return;
+void ProbeServiceImpl::loadModules(const ProbeEnv& env) {
+  for (auto& loaded : loaded_) {
+    LoadNotes notes;
+    auto result = loaded.module->load(env, notes);
+    for (auto& [probe, reason] : notes.down)
+      markDown(probes_[loaded.first_probe + probe], std::move(reason));
+    Status status = result.ok() ? Status{} : result.status();
+    if (result.ok()) {
+      loaded.object = result.take();
+      // Objects memoize tgid -> slot per CPU; a new generation makes them look again.
+      if (const bpf_map* map =
+              bpf_object__find_map_by_name(loaded.object->object(), ".data.targets")) {
+        auto generation = SectionValue<uint32_t>::bind(map);
+        if (generation.ok())
+          loaded.generation = generation.take();
+        else
+          status = generation.status();
+      }
+      const size_t words = loaded.object->counters().words();
+      loaded.totals.assign(words, 0);
+      loaded.prev.assign(BPFTRAIN_MAX_SLOTS * words, 0);
+      loaded.ids.assign(BPFTRAIN_MAX_SLOTS * words, kUnset);
     }
-    UniqueFd owned(fd);
-    bpf_link* link = bpf_program__attach_perf_event(prog, fd);
-    if (!link) {
-      markDown(probe, "cannot attach to the PMU event: " + errnoText(errno));
-      return;
+    if (!status.ok()) {
+      loaded.object.reset();
+      for (size_t i = 0; i < loaded.module->probes().size(); ++i)
+        markDown(probes_[loaded.first_probe + i], status.message());
     }
-    owned.release();  // the perf link closes the event fd when it is destroyed
-    obj.links.emplace_back(link);
   }
-  probe.programs.push_back(prog);
 }
 
 void ProbeServiceImpl::attachProbes() {
   for (auto& probe : probes_) {
-    const ProbeDef& def = *probe.def;
-    if (!def.stem) {
-      // Mainline kernels (6.18 included) have no tracepoint for a NUMA hinting fault, and the
-      // kprobe/fentry that could count one are unavailable: say so, and where to look instead.
-      markDown(probe,
-               "no NUMA hinting-fault tracepoint in this kernel and kprobes/fentry are "
-               "unavailable; NUMA-misplaced pages are counted in "
-               "bpftrain_page_migrations_total{reason=\"numa_misplaced\"}");
+    if (!probe.reason.empty()) continue;  // known to be down already
+    ProbeObject* object = loaded_[probe.module].object.get();
+    if (!object) {
+      markDown(probe, "BPF object missing");
       continue;
     }
-    if (!probe.reason.empty()) continue;  // already known to be down (missing tracepoint)
-    LoadedObject* obj = object(def.stem);
-    if (!obj || !obj->error.empty()) {
-      markDown(probe, obj ? obj->error : "BPF object missing");
+    if (const Status status = object->attach(probe.local, *probe.def); !status.ok()) {
+      markDown(probe, status.message());
       continue;
     }
-    if (def.stem == std::string("pmu")) {
-      const std::string name = def.name;
-      if (name == "dtlb_misses")
-        attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_DTLB, PERF_COUNT_HW_CACHE_RESULT_MISS);
-      if (name == "itlb_misses")
-        attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_ITLB, PERF_COUNT_HW_CACHE_RESULT_MISS);
-      if (name == "node_load_misses")
-        attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_NODE, PERF_COUNT_HW_CACHE_RESULT_MISS);
-      if (name == "node_loads")
-        attachPmu(probe, *obj, PERF_COUNT_HW_CACHE_NODE, PERF_COUNT_HW_CACHE_RESULT_ACCESS);
-      if (probe.reason.empty()) probe.up = true;
-      continue;
-    }
-    bool ok = true;
-    for (const char* name : def.programs) {
-      bpf_program* prog = bpf_object__find_program_by_name(obj->object, name);
-      if (!prog) {
-        markDown(probe, std::string("program ") + name + " missing from the object");
-        ok = false;
-        break;
-      }
-      probe.programs.push_back(prog);
-      if (def.stem == std::string("usdt_qp")) continue;  // attached per target process
-      takeLibbpfMessage();
-      bpf_link* link = bpf_program__attach(prog);
-      if (!link) {
-        const int err = errno;
-        std::string detail = takeLibbpfMessage();
-        markDown(probe, std::string("cannot attach ") + bpf_program__section_name(prog) + ": " +
-                            errnoText(err) + (detail.empty() ? "" : " (" + detail + ")"));
-        ok = false;
-        break;
-      }
-      obj->links.emplace_back(link);
-    }
-    probe.up = ok;
-    if (ok) probe.reason.clear();
+    for (std::string_view name : probe.def->programs)
+      if (const bpf_program* prog =
+              bpf_object__find_program_by_name(object->object(), std::string(name).c_str()))
+        probe.programs.push_back(prog);
+    probe.up = true;
+    probe.reason.clear();
   }
 }
 
@@ -545,7 +309,7 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
   size_t next = 1;
   for (const auto& [key, target] : wanted) {
     if (present.count(key)) continue;
-    while (next < slots_.size() && slots_[next].used) ++next;
+    while (next < slots_.size() && (slots_[next].used || slots_[next].retired)) ++next;
     if (next >= slots_.size()) {
       ++targets_dropped_;
       std::fprintf(stderr, "bpftrain: more than %d BPF targets: %s not traced\n",
@@ -558,41 +322,61 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
 }
 
 void ProbeServiceImpl::publishTargets() {
-  // Every object memoizes tgid -> slot per CPU; a new generation makes them look again.
   ++generation_;
-  for (auto& obj : objects_) {
-    if (!obj->error.empty()) continue;
-    bpf_map* map = bpf_object__find_map_by_name(obj->object, ".data.targets");
-    if (!map) continue;
-    uint32_t key = 0;
-    bpf_map_update_elem(bpf_map__fd(map), &key, &generation_, BPF_ANY);
+  for (auto& loaded : loaded_) {
+    if (!loaded.object || !loaded.generation.bound()) continue;
+    // An object that misses a generation would keep counting old targets: its probes go down.
+    if (Status status = loaded.generation.set(generation_); !status.ok())
+      failModule(loaded, status);
   }
+}
+
+void ProbeServiceImpl::dropTarget(const std::string& what, const Status& status) {
+  ++targets_dropped_;
+  std::fprintf(stderr, "bpftrain: %s: %s (%s)\n", what.c_str(), status.message().c_str(),
+               status.where().c_str());
 }
 
 void ProbeServiceImpl::releaseSlot(size_t index) {
   Slot& slot = slots_[index];
+  const uint32_t slot_key = static_cast<uint32_t>(index);
+  bool clean = true;  // nothing of the old target is left in the maps
   for (uint32_t tgid : slot.tgids) {
     // Several senders can share a process (simulated ranks): only remove our own entry.
     uint32_t owner = 0;
-    if (bpf_map_lookup_elem(tgid_map_.get(), &tgid, &owner) == 0 && owner == index)
-      bpf_map_delete_elem(tgid_map_.get(), &tgid);
-  }
-  if (slot.cgroup_id) bpf_map_delete_elem(cgroup_map_.get(), &slot.cgroup_id);
-  slot.usdt_links.clear();
-  // Zero the slot's counters so its next owner starts from nothing.
-  for (auto& obj : objects_) {
-    if (obj->counts_fd < 0) continue;
-    std::vector<uint64_t> zeros(static_cast<size_t>(ncpus_) * obj->counters_per_slot, 0);
-    uint32_t key = static_cast<uint32_t>(index);
-    bpf_map_update_elem(obj->counts_fd, &key, zeros.data(), BPF_ANY);
-    for (size_t i = 0; i < obj->counters_per_slot; ++i) {
-      obj->prev[index * obj->counters_per_slot + i] = 0;
-      obj->ids[index * obj->counters_per_slot + i] = kUnset;
+    Status status = target_tgids_.lookup(tgid, owner);
+    if (status.ok() && owner == slot_key) status = target_tgids_.erase(tgid);
+    if (!status.ok() && status.err() != ENOENT) {
+      dropTarget("pid " + std::to_string(tgid) + " may still count as " + slot.key, status);
+      clean = false;
     }
   }
-  tcp_ids_[index] = {kUnset, kUnset, kUnset};
-  rdma_depth_ids_[index] = kUnset;
+  if (slot.cgroup_id)
+    if (Status status = target_cgroups_.erase(slot.cgroup_id);
+        !status.ok() && status.err() != ENOENT) {
+      dropTarget("cgroup of " + slot.key + " may still count", status);
+      clean = false;
+    }
+  slot.target_links.clear();
+  // Zero the slot's counters so that its next owner starts from nothing.
+  for (auto& loaded : loaded_) {
+    if (!loaded.object) continue;
+    const PerCpuCounters& counters = loaded.object->counters();
+    if (counters.bound())
+      if (Status status = counters.zero(slot_key); !status.ok()) {
+        dropTarget("counters of " + slot.key + " not cleared", status);
+        clean = false;
+      }
+    const size_t words = counters.words();
+    for (size_t i = 0; i < words; ++i) {
+      loaded.prev[index * words + i] = 0;
+      loaded.ids[index * words + i] = kUnset;
+    }
+    loaded.object->releaseSlot(slot_key);
+  }
   slot = Slot{};
+  // A slot that still has an old target's entries would give the next owner its counts.
+  slot.retired = !clean;
 }
 
 void ProbeServiceImpl::assignSlot(size_t index, const std::string& key,
@@ -607,163 +391,118 @@ void ProbeServiceImpl::assignSlot(size_t index, const std::string& key,
   const uint32_t value = static_cast<uint32_t>(index);
   for (uint32_t tgid : slot.tgids) {
     // A process announced by several senders counts under the first of them.
-    if (bpf_map_update_elem(tgid_map_.get(), &tgid, &value, BPF_NOEXIST) != 0 && errno != EEXIST) {
-      ++targets_dropped_;
-      std::fprintf(stderr, "bpftrain: target map full: pid %u not traced\n", tgid);
+    if (Status status = target_tgids_.insert(tgid, value, /*only_new=*/true);
+        !status.ok() && status.err() != EEXIST) {
+      dropTarget("pid " + std::to_string(tgid) + " not traced", status);
+      continue;
     }
-    attachUsdt(slot, tgid);
+    for (auto& loaded : loaded_) {
+      if (!loaded.object || !anyUp(loaded)) continue;
+      std::vector<LinkPtr> links;
+      if (Status status = loaded.object->attachTarget(tgid, links); !status.ok())
+        dropTarget("pid " + std::to_string(tgid) + " not traced by every probe", status);
+      for (auto& link : links) slot.target_links[tgid].push_back(std::move(link));
+    }
   }
-  if (slot.cgroup_id) bpf_map_update_elem(cgroup_map_.get(), &slot.cgroup_id, &value, BPF_ANY);
-}
-
-void ProbeServiceImpl::attachUsdt(Slot& slot, uint32_t tgid) {
-  const int index = probeIndex("rdma_usdt");
-  if (index < 0 || !probes_[index].up) return;
-  const std::string exe = "/proc/" + std::to_string(tgid) + "/exe";
-  std::error_code ec;
-  const std::string path = std::filesystem::read_symlink(exe, ec).string();
-  if (ec) return;  // gone already
-  std::vector<LinkPtr> links;
-  for (bpf_program* prog : probes_[index].programs) {
-    const char* name =
-        std::strcmp(bpf_program__name(prog), "on_qp_post") == 0 ? "qp_post" : "qp_complete";
-    bpf_link* link = bpf_program__attach_usdt(prog, static_cast<pid_t>(tgid), path.c_str(),
-                                              "bpftrain", name, nullptr);
-    // A process whose binary has no bpftrain USDT notes (no RDMA transport) is not an error.
-    if (link) links.emplace_back(link);
-  }
-  takeLibbpfMessage();
-  if (!links.empty()) slot.usdt_links[tgid] = std::move(links);
+  if (slot.cgroup_id)
+    if (Status status = target_cgroups_.insert(slot.cgroup_id, value, /*only_new=*/false);
+        !status.ok())
+      dropTarget("cgroup " + key.substr(1) + " not traced", status);
 }
 
 // ---- reading
 
-SeriesId ProbeServiceImpl::slotSeries(size_t slot, const std::string& metric,
-                                      const std::string& extra_name, const std::string& extra_value,
-                                      SeriesKind kind) {
+SeriesId ProbeServiceImpl::series(uint32_t slot, const metrics::MetricDef& metric,
+                                  std::string_view label_name, std::string_view label_value) {
+  // string_views of the slot's own strings: `all ? "all" : job` would view a temporary copy.
   const bool all = slot == BPFTRAIN_SLOT_ALL;
-  Label labels[3] = {{"job", all ? "all" : slots_[slot].job},
-                     {"rank", all ? "all" : slots_[slot].rank},
-                     {extra_name, extra_value}};
-  return store_->lookup(metric, std::span<const Label>(labels, extra_name.empty() ? 2 : 3), kind);
+  const std::string_view job = all ? std::string_view("all") : slots_[slot].job;
+  const std::string_view rank = all ? std::string_view("all") : slots_[slot].rank;
+  Label labels[3] = {{"job", job}, {"rank", rank}, {label_name, label_value}};
+  return window::lookupMetric(*store_, metric,
+                              std::span<const Label>(labels, label_name.empty() ? 2 : 3));
 }
 
-SeriesId ProbeServiceImpl::probeSeries(const char* metric, const char* probe, SeriesKind kind) {
+SeriesId ProbeServiceImpl::probeSeries(const metrics::MetricDef& metric, std::string_view probe) {
   Label label{"probe", probe};
-  return store_->lookup(metric, std::span<const Label>(&label, 1), kind);
+  return window::lookupMetric(*store_, metric, std::span<const Label>(&label, 1));
 }
 
-void ProbeServiceImpl::readCounters(LoadedObject& obj, int64_t now_ns) {
-  if (obj.counts_fd < 0 || obj.counters_per_slot == 0) return;
-  const size_t n = obj.counters_per_slot;
-  percpu_buffer_.resize(static_cast<size_t>(ncpus_) * n);
+void ProbeServiceImpl::readCounters(Loaded& loaded, int64_t now_ns) {
+  const PerCpuCounters& counters = loaded.object->counters();
+  const std::vector<CounterDef>& defs = loaded.object->counterDefs();
+  if (!counters.bound() || !anyUp(loaded)) return;
+  const size_t n = counters.words();
   for (size_t slot = 0; slot < slots_.size(); ++slot) {
     if (!(slots_[slot].used || (slot == BPFTRAIN_SLOT_ALL && options_.all_processes))) continue;
-    uint32_t key = static_cast<uint32_t>(slot);
-    if (bpf_map_lookup_elem(obj.counts_fd, &key, percpu_buffer_.data()) != 0) continue;
+    if (Status status = counters.sum(static_cast<uint32_t>(slot), loaded.totals, percpu_buffer_);
+        !status.ok()) {
+      failModule(loaded, status);  // zero counts forever would look like a quiet target
+      return;
+    }
     for (size_t i = 0; i < n; ++i) {
-      const CounterDef& def = obj.counters[i];
-      if (def.metric.empty() || def.probe < 0 || !probes_[def.probe].up) continue;
-      uint64_t total = 0;
-      for (int cpu = 0; cpu < ncpus_; ++cpu) total += percpu_buffer_[cpu * n + i];
-      uint64_t& prev = obj.prev[slot * n + i];
-      SeriesId& id = obj.ids[slot * n + i];
+      const CounterDef& def = defs[i];
+      if (!def.metric || !probes_[loaded.first_probe + def.probe].up) continue;
+      const uint64_t total = loaded.totals[i];
+      uint64_t& prev = loaded.prev[slot * n + i];
+      SeriesId& id = loaded.ids[slot * n + i];
       if (id == kUnset && (def.eager || total > prev))
-        id = slotSeries(slot, def.metric, def.label_name, def.label_value, SeriesKind::kCounter);
+        id = series(static_cast<uint32_t>(slot), *def.metric, def.label_name, def.label_value);
       if (total > prev) record(id, static_cast<double>(total - prev), now_ns);
       prev = total;
     }
   }
 }
 
-int ProbeServiceImpl::onTcpSample(void* ctx, void* data, size_t size) {
-  auto* self = static_cast<ProbeServiceImpl*>(ctx);
-  if (size < sizeof(tcp_sample)) return 0;
-  tcp_sample sample;
-  std::memcpy(&sample, data, sizeof(sample));
-  if (sample.slot >= self->slots_.size()) return 0;
-  if (!self->slots_[sample.slot].used && sample.slot != BPFTRAIN_SLOT_ALL) return 0;
-  auto& ids = self->tcp_ids_[sample.slot];
-  if (ids[0] == kUnset) {
-    ids[0] = self->slotSeries(sample.slot, "bpftrain_transport_queue_depth", "transport", "tcp",
-                              SeriesKind::kDistribution);
-    ids[1] = self->slotSeries(sample.slot, "bpftrain_transport_rtt_seconds", "transport", "tcp",
-                              SeriesKind::kDistribution);
-    ids[2] = self->slotSeries(sample.slot, "bpftrain_transport_inflight_bytes", "transport", "tcp",
-                              SeriesKind::kDistribution);
-  }
-  // Queue depth is what the application queued and the peer has not acknowledged (SIOCOUTQ).
-  // Bytes in flight alone fall when the receiver is slow (its window closes), so they are kept
-  // as their own series.
-  self->record(ids[0], sample.send_queue, self->poll_now_ns_);
-  self->record(ids[1], sample.srtt_us * 1e-6, self->poll_now_ns_);
-  self->record(ids[2], sample.bytes_in_flight, self->poll_now_ns_);
-  return 0;
-}
-
-int ProbeServiceImpl::onQpSample(void* ctx, void* data, size_t size) {
-  auto* self = static_cast<ProbeServiceImpl*>(ctx);
-  if (size < sizeof(qp_sample)) return 0;
-  qp_sample sample;
-  std::memcpy(&sample, data, sizeof(sample));
-  if (sample.slot >= self->slots_.size()) return 0;
-  if (!self->slots_[sample.slot].used && sample.slot != BPFTRAIN_SLOT_ALL) return 0;
-  SeriesId& id = self->rdma_depth_ids_[sample.slot];
-  if (id == kUnset)
-    id = self->slotSeries(sample.slot, "bpftrain_transport_queue_depth", "transport", "rdma",
-                          SeriesKind::kDistribution);
-  self->record(id, sample.outstanding, self->poll_now_ns_);
-  return 0;
-}
-
 void ProbeServiceImpl::readLossAndStats(int64_t now_ns) {
-  for (auto& obj : objects_) {
-    if (obj->lost_fd < 0 || obj->lost_probe < 0) continue;
-    percpu_buffer_.resize(static_cast<size_t>(ncpus_));
-    uint32_t key = 0;
-    if (bpf_map_lookup_elem(obj->lost_fd, &key, percpu_buffer_.data()) != 0) continue;
+  std::vector<uint64_t> per_cpu;
+  for (auto& loaded : loaded_) {
+    if (!loaded.object || !loaded.object->lost().bound()) continue;
+    Probe& probe = probes_[loaded.first_probe + loaded.object->lostProbe()];
+    if (!probe.up) continue;
+    if (Status status = loaded.object->lost().read(0, per_cpu); !status.ok()) {
+      fail(probe, status);
+      continue;
+    }
     uint64_t total = 0;
-    for (int cpu = 0; cpu < ncpus_; ++cpu) total += percpu_buffer_[cpu];
-    Probe& probe = probes_[obj->lost_probe];
+    for (uint64_t v : per_cpu) total += v;
     if (probe.lost_id == kUnset)
-      probe.lost_id =
-          probeSeries("bpftrain_probe_events_lost", probe.def->name, SeriesKind::kCounter);
+      probe.lost_id = probeSeries(metrics::kProbeEventsLost, probe.def->name);
     if (total > probe.prev_lost)
       record(probe.lost_id, static_cast<double>(total - probe.prev_lost), now_ns);
     probe.prev_lost = total;
   }
   if (targets_dropped_ > targets_dropped_reported_) {
     if (targets_dropped_id_ == kUnset)
-      targets_dropped_id_ =
-          store_->lookup("bpftrain_probe_targets_dropped", {}, SeriesKind::kCounter);
+      targets_dropped_id_ = window::lookupMetric(*store_, metrics::kProbeTargetsDropped, {});
     record(targets_dropped_id_, static_cast<double>(targets_dropped_ - targets_dropped_reported_),
            now_ns);
     targets_dropped_reported_ = targets_dropped_;
   }
   for (auto& probe : probes_) {
-    if (probe.up_id == kUnset)
-      probe.up_id = probeSeries("bpftrain_probe_up", probe.def->name, SeriesKind::kGauge);
+    if (probe.up_id == kUnset) probe.up_id = probeSeries(metrics::kProbeUp, probe.def->name);
     record(probe.up_id, probe.up ? 1.0 : 0.0, now_ns);
     if (!probe.up || !stats_fd_.valid()) continue;
-    uint64_t run_ns = 0, run_cnt = 0;
-    for (bpf_program* prog : probe.programs) {
-      bpf_prog_info info{};
-      uint32_t len = sizeof(info);
-      if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) != 0) continue;
-      run_ns += info.run_time_ns;
-      run_cnt += info.run_cnt;
+    RunStats stats;
+    Status status;
+    for (const bpf_program* prog : probe.programs)
+      if (status = addRunStats(prog, stats); !status.ok()) break;
+    if (!status.ok()) {
+      // The probe still counts; only its cost is unknown this step.
+      std::fprintf(stderr, "bpftrain: %s: %s\n", std::string(probe.def->name).c_str(),
+                   status.message().c_str());
+      continue;
     }
     if (probe.run_seconds_id == kUnset) {
-      probe.run_seconds_id =
-          probeSeries("bpftrain_probe_run_seconds", probe.def->name, SeriesKind::kCounter);
-      probe.events_id = probeSeries("bpftrain_probe_events", probe.def->name, SeriesKind::kCounter);
+      probe.run_seconds_id = probeSeries(metrics::kProbeRunSeconds, probe.def->name);
+      probe.runs_id = probeSeries(metrics::kProbeRuns, probe.def->name);
     }
-    if (run_ns > probe.prev_run_ns)
-      record(probe.run_seconds_id, (run_ns - probe.prev_run_ns) * 1e-9, now_ns);
-    if (run_cnt > probe.prev_run_cnt)
-      record(probe.events_id, static_cast<double>(run_cnt - probe.prev_run_cnt), now_ns);
-    probe.prev_run_ns = run_ns;
-    probe.prev_run_cnt = run_cnt;
+    if (stats.run_ns > probe.prev_run_ns)
+      record(probe.run_seconds_id, (stats.run_ns - probe.prev_run_ns) * 1e-9, now_ns);
+    if (stats.run_cnt > probe.prev_run_cnt)
+      record(probe.runs_id, static_cast<double>(stats.run_cnt - probe.prev_run_cnt), now_ns);
+    probe.prev_run_ns = stats.run_ns;
+    probe.prev_run_cnt = stats.run_cnt;
   }
 }
 
@@ -776,16 +515,19 @@ void ProbeServiceImpl::poll(const ingest::SenderRegistry& registry, int64_t now_
     registry_version_ = version;
     synced_once_ = true;
   }
-  for (auto& obj : objects_) {
-    readCounters(*obj, now_ns);
-    if (obj->ring) ring_buffer__consume(obj->ring.get());
+  for (auto& loaded : loaded_) {
+    if (!loaded.object) continue;
+    readCounters(loaded, now_ns);
+    if (!anyUp(loaded)) continue;
+    if (Status status = loaded.object->consume(*this); !status.ok()) failModule(loaded, status);
   }
   readLossAndStats(now_ns);
 }
 
 std::vector<ProbeStatus> ProbeServiceImpl::status() const {
   std::vector<ProbeStatus> out;
-  for (const auto& probe : probes_) out.push_back({probe.def->name, probe.up, probe.reason});
+  for (const auto& probe : probes_)
+    out.push_back({std::string(probe.def->name), probe.up, probe.reason});
   return out;
 }
 
@@ -822,7 +564,8 @@ std::vector<ProbeStatus> ProbeService::listProbes() {
   const std::string error = capabilityError();
   if (!error.empty()) {
     std::vector<ProbeStatus> out;
-    for (const auto& def : probeDefs()) out.push_back({def.name, false, error});
+    for (const ProbeModule* module : probeModules())
+      for (const auto& def : module->probes()) out.push_back({std::string(def.name), false, error});
     return out;
   }
   ProbeOptions options;
@@ -833,8 +576,9 @@ std::vector<ProbeStatus> ProbeService::listProbes() {
 }
 
 std::string ProbeService::describe(const std::string& probe) {
-  for (const auto& def : probeDefs())
-    if (probe == def.name) return def.source;
+  for (const ProbeModule* module : probeModules())
+    for (const auto& def : module->probes())
+      if (probe == def.name) return std::string(def.source);
   return {};
 }
 

@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
           return 1;
         }
         // bpf_stats deltas as the service exports them (bpftrain_probe_run_seconds_total,
-        // bpftrain_probe_events_total): totals after the workload minus totals before it.
+        // bpftrain_probe_runs_total): totals after the workload minus totals before it.
         auto totals = [&](const char* metric, bool only_probe) {
           double sum = 0;
           for (const auto& snap : store->snapshot(monotonicNowNs())) {
@@ -290,14 +290,14 @@ int main(int argc, char** argv) {
         };
         service->poll(registry, monotonicNowNs());
         const double ns0 = totals("bpftrain_probe_run_seconds", true);
-        const double cnt0 = totals("bpftrain_probe_events", true);
+        const double cnt0 = totals("bpftrain_probe_runs", true);
         const double all0 = totals("bpftrain_probe_run_seconds", false);
         const Timing t = timed([&] { workload_events += w.run(); });
         ours.push_back(t.wall_ms);
         ours_cpu.push_back(t.cpu_ms);
         service->poll(registry, monotonicNowNs());
         our_probe_ns += (totals("bpftrain_probe_run_seconds", true) - ns0) * 1e9;
-        our_probe_cnt += totals("bpftrain_probe_events", true) - cnt0;
+        our_probe_cnt += totals("bpftrain_probe_runs", true) - cnt0;
         our_all_ns += (totals("bpftrain_probe_run_seconds", false) - all0) * 1e9;
         if (verbose) {
           // Cumulative since load (load takes ~0.3 s, the workload most of the rest).
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
             for (const auto& [k, v] : snap.labels)
               if (k == "probe" && snap.name == "bpftrain_probe_run_seconds")
                 per[v].first += snap.total;
-              else if (k == "probe" && snap.name == "bpftrain_probe_events")
+              else if (k == "probe" && snap.name == "bpftrain_probe_runs")
                 per[v].second += snap.total;
           for (const auto& [probe, p] : per)
             if (p.second > 0)

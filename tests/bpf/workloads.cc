@@ -1,6 +1,7 @@
 #include "tests/bpf/workloads.h"
 
 #include <arpa/inet.h>
+#include <linux/perf_event.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -8,12 +9,14 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -143,6 +146,35 @@ int64_t trainingLike(int64_t steps) {
     for (size_t i = 0; i < weights.size(); ++i) weights[i] -= scale * grads[i];
   }
   return weights[0] > 0 ? steps : steps;
+}
+
+int64_t dtlbMisses(int64_t accesses) {
+  constexpr size_t kBytes = 256u << 20, kPage = 4096;
+  void* map = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return 0;
+  madvise(map, kBytes, MADV_NOHUGEPAGE);  // 4 KiB pages: far more than any TLB holds
+  auto* bytes = static_cast<volatile uint8_t*>(map);
+  for (size_t off = 0; off < kBytes; off += kPage) bytes[off] = 1;
+  std::minstd_rand next(42);
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < accesses; ++i) sum += bytes[(next() % (kBytes / kPage)) * kPage];
+  munmap(map, kBytes);
+  return sum > 0 ? accesses : 0;
+}
+
+std::string dtlbEventUnavailable() {
+  perf_event_attr attr{};
+  attr.type = PERF_TYPE_HW_CACHE;
+  attr.size = sizeof(attr);
+  attr.config = PERF_COUNT_HW_CACHE_DTLB | (PERF_COUNT_HW_CACHE_OP_READ << 8) |
+                (PERF_COUNT_HW_CACHE_RESULT_MISS << 16);
+  attr.sample_period = 10'000;
+  attr.disabled = 1;
+  const int fd =
+      static_cast<int>(syscall(SYS_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC));
+  if (fd < 0) return std::strerror(errno);
+  close(fd);
+  return {};
 }
 
 Child::Child(std::function<void()> setup, std::function<int64_t()> body) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace bpftrain::tests::bpf {
 
@@ -28,6 +29,13 @@ int64_t tlbShootdowns(int64_t rounds);
 int64_t tcpSend(uint16_t port, int64_t bytes, std::chrono::microseconds pace = {});
 // A training-like step loop: a ~1 MiB buffer reduced and rewritten `steps` times. Returns steps.
 int64_t trainingLike(int64_t steps);
+
+// Reads one random word from each of `accesses` pages spread over a 256 MiB buffer (no THP), so
+// nearly every read misses the data TLB. Returns accesses.
+int64_t dtlbMisses(int64_t accesses);
+// The truth of this host about the PMU probes: "" when the event the dtlb_misses probe samples
+// (PERF_TYPE_HW_CACHE dTLB read miss, CPU 0, every task) opens, else why not (errno's text).
+std::string dtlbEventUnavailable();
 
 // A forked child that runs `setup` at once, then waits for go() to run `body`, reports the
 // body's return value, and waits to be reaped. The destructor kills and reaps it in any case.

@@ -1,0 +1,186 @@
+// A probe module owns everything particular to one BPF stem, as x.c does for x.bpf.c in
+// libbpf-tools: the probes users see (names, programs, source), the object's read-only
+// configuration, open/load/attach, what each u64 of its per-slot counter struct means, its ring
+// buffer handler and which probe its lost events belong to. ProbeService keeps what is common:
+// lifecycle, targets (slots, target maps, generations), bpf_stats, --list-probes and reading the
+// counters. A module is collector/loader/probes/<stem>.cc plus its line in the module list
+// (collector/loader/CMakeLists.txt); docs/architecture.md "Adding a probe" walks through one.
+#pragma once
+
+#include <bpf/libbpf.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "bpf/lib/targets.h"
+#include "collector/loader/bpf_handles.h"
+#include "collector/loader/bpf_maps.h"
+#include "collector/loader/libbpf_check.h"
+#include "collector/loader/probe_service.h"
+#include "collector/window/series_store.h"
+#include "common/metric_catalogue.h"
+
+namespace bpftrain::collector::loader {
+
+// One probe as the user sees it (--list-probes, bpftrain_probe_up{probe}).
+struct ProbeDef {
+  std::string_view name;
+  std::vector<std::string_view> programs;  // must attach for the probe to be up
+  std::string_view source;                 // what it attaches to, for --list-probes
+};
+
+// What one u64 of a module's per-slot counter struct means.
+struct CounterDef {
+  size_t probe = 0;                            // module's probe index; not read while it is down
+  const metrics::MetricDef* metric = nullptr;  // nullptr: the word is not exported
+  std::string label_name;                      // extra label besides job/rank, "" for none
+  std::string label_value;
+  // Named series exist from the first poll (0 is information); numeric fallbacks for enum values
+  // this kernel does not name appear only if they ever count.
+  bool eager = true;
+};
+
+// One counter per enum value, labelled with the kernel's name for it (BTF) or its number.
+std::vector<CounterDef> enumCounters(size_t probe, const metrics::MetricDef& metric,
+                                     const char* label, const std::vector<std::string>& names,
+                                     size_t values);
+
+// Where a module's ring-buffer samples go: the service's targets and series store.
+class SampleSink {
+ public:
+  // Whether a sample of this slot is kept (the slot belongs to a target, or is --all's).
+  virtual bool live(uint32_t slot) const = 0;
+  // The series of `metric` for the slot's target, with one extra label (or none).
+  virtual window::SeriesId series(uint32_t slot, const metrics::MetricDef& metric,
+                                  std::string_view label_name, std::string_view label_value) = 0;
+  virtual void record(window::SeriesId id, double value) = 0;
+
+ protected:
+  ~SampleSink() = default;
+};
+
+// Series ids of N metrics per slot, looked up on a slot's first sample, forgotten on release.
+template <size_t N>
+class SlotSeries {
+ public:
+  static constexpr window::SeriesId kUnset = window::kRejectedSeries - 1;
+  std::array<window::SeriesId, N>& operator[](uint32_t slot) { return ids_[slot]; }
+  bool known(uint32_t slot) const { return ids_[slot][0] != kUnset; }
+  void forget(uint32_t slot) { ids_[slot].fill(kUnset); }
+
+ private:
+  std::vector<std::array<window::SeriesId, N>> ids_ =
+      std::vector<std::array<window::SeriesId, N>>(BPFTRAIN_MAX_SLOTS, [] {
+        std::array<window::SeriesId, N> unset;
+        unset.fill(kUnset);
+        return unset;
+      }());
+};
+
+// What a module gets to open its object with.
+struct ProbeEnv {
+  const ProbeOptions& options;
+  int ncpus;
+  const HashMap<uint32_t, uint32_t>& target_tgids;  // shared into every object
+  const HashMap<uint64_t, uint32_t>& target_cgroups;
+};
+
+// Probes a module knows to be down before anything attaches (a tracepoint this kernel lacks, a
+// kernel feature not configured), with why. The first reason given for a probe is kept.
+struct LoadNotes {
+  std::vector<std::pair<size_t, std::string>> down;
+  void markDown(size_t probe, std::string reason) { down.emplace_back(probe, std::move(reason)); }
+};
+
+// One loaded object. Modules with nothing special use it as it is; PMU and USDT override attach.
+class ProbeObject {
+ public:
+  virtual ~ProbeObject() = default;
+  bpf_object* object() const { return object_; }
+
+  // Attaches the module's probe `probe` (definition `def`). By default each program in
+  // def.programs is attached where its section says (bpf_program__attach).
+  virtual Status attach(size_t probe, const ProbeDef& def);
+  // Links for one target process (USDT probes live in the process's binary); by default none.
+  virtual Status attachTarget(uint32_t tgid, std::vector<LinkPtr>& links);
+  // Drains the ring buffer into the sink; by default there is none.
+  virtual Status consume(SampleSink& sink);
+  // A slot was released: forget what was cached for it (series ids).
+  virtual void releaseSlot(uint32_t slot);
+
+  const PerCpuCounters& counters() const { return counters_; }
+  const std::vector<CounterDef>& counterDefs() const { return counter_defs_; }
+  const PerCpuArray<uint64_t>& lost() const { return lost_; }
+  size_t lostProbe() const { return lost_probe_; }
+
+  // ---- for modules, while loading
+
+  // Opens a skeleton with what every object shares: the targeting rodata (--all, --cgroup), the
+  // loader's target maps, and tp_btf programs whose tracepoint this kernel lacks left out (their
+  // probes are noted down with why). The caller sets its own rodata, then calls loadSkeleton.
+  template <typename Skel>
+  Status openSkeleton(Skel*& skel, Skel* (*open)(), void (*destroy)(Skel*), std::string_view stem,
+                      std::span<const ProbeDef> defs, const ProbeEnv& env, LoadNotes& notes) {
+    BPFTRAIN_TRY(check("cannot open BPF object " + std::string(stem), skel, open));
+    skeleton_ = SkeletonPtr(skel, [destroy](void* p) { destroy(static_cast<Skel*>(p)); });
+    object_ = skel->obj;
+    skel->rodata->target_all = env.options.all_processes;
+    skel->rodata->target_by_cgroup = !env.options.cgroups.empty();
+    return prepare(skel->maps.target_tgids, skel->maps.target_cgroups, defs, env, notes);
+  }
+  template <typename Skel>
+  Status loadSkeleton(Skel* skel, int (*load)(Skel*), std::string_view stem) {
+    return check("BPF object " + std::string(stem) + " failed to load", [&] { return load(skel); });
+  }
+  // The per-slot counter block and what its words mean (words past `defs` are not exported).
+  template <typename Counts>
+  Status setCounters(const bpf_map* map, const ProbeEnv& env, std::vector<CounterDef> defs) {
+    auto bound = PerCpuCounters::bind<Counts>(map, env.ncpus);
+    if (!bound.ok()) return bound.status();
+    counters_ = bound.take();
+    if (defs.size() > counters_.words())
+      return Status::error("more counter meanings than words in " +
+                           std::string(bpf_map__name(map)));
+    defs.resize(counters_.words());
+    counter_defs_ = std::move(defs);
+    return {};
+  }
+  // The object's `lost` map (events it could not record), counted for the module's `probe`.
+  Status setLost(const bpf_map* map, const ProbeEnv& env, size_t probe);
+  void addLink(bpf_link* link) { links_.emplace_back(link); }
+
+ private:
+  Status prepare(bpf_map* target_tgids, bpf_map* target_cgroups, std::span<const ProbeDef> defs,
+                 const ProbeEnv& env, LoadNotes& notes);
+
+  // Declared first, destroyed last: links and derived classes' ring buffers go before it.
+  SkeletonPtr skeleton_;
+  bpf_object* object_ = nullptr;
+  PerCpuCounters counters_;
+  std::vector<CounterDef> counter_defs_;
+  PerCpuArray<uint64_t> lost_;
+  size_t lost_probe_ = 0;
+  std::vector<LinkPtr> links_;
+};
+
+class ProbeModule {
+ public:
+  virtual ~ProbeModule() = default;
+  // The probes this module serves, in --list-probes order. Indices are the module's own.
+  virtual std::span<const ProbeDef> probes() const = 0;
+  // Opens, configures and loads the object. An error puts every probe of the module down with
+  // its message (those in notes keep their own reason).
+  virtual Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env,
+                                                    LoadNotes& notes) const = 0;
+};
+
+// Every module, in --list-probes order (generated from BPFTRAIN_PROBE_MODULES).
+std::span<const ProbeModule* const> probeModules();
+
+}  // namespace bpftrain::collector::loader

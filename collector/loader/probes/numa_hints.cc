@@ -1,0 +1,33 @@
+// numa_hints: NUMA hinting faults, a probe with no BPF object. Mainline kernels (6.18 included)
+// have no tracepoint for a NUMA hinting fault, and the kprobe/fentry that could count one are
+// unavailable on the machines we run: the probe is listed and always down with where to look.
+#include "collector/loader/probe_module.h"
+
+namespace bpftrain::collector::loader::probes::numa_hints {
+namespace {
+
+class Module final : public ProbeModule {
+ public:
+  std::span<const ProbeDef> probes() const override {
+    static const ProbeDef kProbes[] = {
+        {"numa_hint_faults", {}, "NUMA hinting-fault tracepoint (none in mainline)"},
+    };
+    return kProbes;
+  }
+
+  Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv&, LoadNotes&) const override {
+    return Status::error(
+        "no NUMA hinting-fault tracepoint in this kernel and kprobes/fentry are unavailable; "
+        "NUMA-misplaced pages are counted in " +
+        metrics::promName(metrics::kPageMigrations) + "{reason=\"numa_misplaced\"}");
+  }
+};
+
+}  // namespace
+
+const ProbeModule& module() {
+  static const Module kModule;
+  return kModule;
+}
+
+}  // namespace bpftrain::collector::loader::probes::numa_hints
