@@ -80,7 +80,8 @@ std::optional<HostPort> parseHostPort(std::string_view text, PortZero zero, std:
 }
 
 uint16_t SocketAddress::port() const {
-  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  if (family() == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
   return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
 }
 
@@ -104,8 +105,7 @@ std::string SocketAddress::host() const {
 
 std::string SocketAddress::str() const { return HostPort{host(), port()}.str(); }
 
-std::optional<SocketAddress> resolveHostPort(const HostPort& hp, int socktype,
-                                             std::string& error) {
+std::optional<SocketAddress> resolveHostPort(const HostPort& hp, int socktype, std::string& error) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = socktype;

@@ -36,8 +36,8 @@ struct SocketAddress {
   const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage); }
   uint16_t port() const;
   void setPort(uint16_t port);  // e.g. more sockets on the port the kernel picked for the first
-  std::string host() const;  // numeric, without brackets
-  std::string str() const;   // numeric HOST:PORT, "[::1]:9471" for IPv6
+  std::string host() const;     // numeric, without brackets
+  std::string str() const;      // numeric HOST:PORT, "[::1]:9471" for IPv6
 };
 
 // Resolves `hp` for `socktype` (SOCK_DGRAM or SOCK_STREAM): the first address getaddrinfo gives.

@@ -41,10 +41,10 @@ std::vector<uint8_t> goldenControlFrame() {
 
 constexpr std::string_view kSecret = "bpftrain-test-secret";
 // HMAC-SHA256 under kSecret over the golden frame's body without its MAC, computed outside this
-// code: python3 -c "import hmac,hashlib; print(hmac.new(b'bpftrain-test-secret',
-//   bytes.fromhex('066469676974730500000000000000020115cd5b0700000000'), hashlib.sha256).hexdigest())"
-// (openssl dgst -sha256 -mac HMAC -macopt key:bpftrain-test-secret gives the same).
-constexpr const char* kGoldenMac = "98340cb6d1da815c6523affe97c3c20e5e0d4e4a4d28a259f9ce94dd348c08ad";
+// code with: echo -n 066469676974730500000000000000020115cd5b0700000000 | xxd -r -p |
+//   openssl dgst -sha256 -mac HMAC -macopt key:bpftrain-test-secret   (Python's hmac agrees).
+constexpr const char* kGoldenMac =
+    "98340cb6d1da815c6523affe97c3c20e5e0d4e4a4d28a259f9ce94dd348c08ad";
 
 Control goldenControl() { return Control{"digits", 5, 2, 1, 123456789, {}}; }
 

@@ -22,9 +22,9 @@ HostPort parsed(std::string_view text, PortZero zero = PortZero::kRejected) {
 std::string rejected(std::string_view text, PortZero zero = PortZero::kRejected) {
   std::string error;
   EXPECT_FALSE(parseHostPort(text, zero, error)) << text;
-  EXPECT_NE(error.find("expected HOST:PORT, [IPV6]:PORT or NAME:PORT, got \"" + std::string(text) +
-                       "\""),
-            std::string::npos)
+  EXPECT_NE(
+      error.find("expected HOST:PORT, [IPV6]:PORT or NAME:PORT, got \"" + std::string(text) + "\""),
+      std::string::npos)
       << error;
   return error;
 }
