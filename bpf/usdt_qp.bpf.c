@@ -1,5 +1,7 @@
-// RDMA queue depth from USDT probes that the trainer's RDMA transport (and the NCCL profiler
-// plugin) fire: bpftrain:qp_post(qp, outstanding) and bpftrain:qp_complete(qp, outstanding).
+// RDMA work requests outstanding per queue pair, from the USDT probes bpftrain:qp_post(qp,
+// outstanding) and bpftrain:qp_complete(qp, outstanding). They fire in any process built with
+// bpf/usdt/bpftrain_usdt.h; today the only one is the test tool bpftrain-usdt-fire (no bpftrain
+// component posts RDMA work requests yet).
 // clang-format off
 #include "vmlinux.h"  // first: the types every header below uses
 // clang-format on

@@ -1,5 +1,7 @@
-// USDT probes the bpftrain collector reads (bpf/usdt_qp.bpf.c). Include this where RDMA work
-// requests are posted and completed; each probe is a single nop until a tracer attaches.
+// USDT probes the bpftrain collector reads (bpf/usdt_qp.bpf.c, probe rdma_usdt). Any process
+// that includes this where it posts and completes RDMA work requests is counted when it is a
+// target; today only the test tool bpftrain-usdt-fire (usdt_fire.cc) does. Each probe is a single
+// nop until a tracer attaches.
 //   BPFTRAIN_QP_POST(qp_num, outstanding)      after posting: outstanding WRs on that QP
 //   BPFTRAIN_QP_COMPLETE(qp_num, outstanding)  after polling a completion: outstanding WRs left
 #pragma once
