@@ -27,11 +27,9 @@ struct Health {
 
 class SelfMetrics : public prometheus::Collectable {
  public:
-  SelfMetrics(const ingest::UdpIngest& ingest, const window::SeriesStore& store,
-              const ingest::SenderRegistry& registry, const Health& health, size_t max_series,
-              size_t requested_rcvbuf)
+  SelfMetrics(const ingest::UdpIngest& ingest, const ingest::SenderRegistry& registry,
+              const Health& health, size_t max_series, size_t requested_rcvbuf)
       : ingest_(ingest),
-        store_(store),
         registry_(registry),
         health_(health),
         max_series_(max_series),
@@ -42,7 +40,6 @@ class SelfMetrics : public prometheus::Collectable {
 
  private:
   const ingest::UdpIngest& ingest_;
-  const window::SeriesStore& store_;
   const ingest::SenderRegistry& registry_;
   const Health& health_;
   std::atomic<size_t> max_series_;

@@ -92,7 +92,6 @@ class ControllerService {
   Features empty_;
   std::optional<Pending> pending_;
   uint64_t last_epoch_sent_ = 0;
-  bool deferred_logged_ = false;
   std::optional<Arm> last_advice_;
   ControllerStats stats_;
   static constexpr uint64_t kFeaturesLogEvery = 4;
