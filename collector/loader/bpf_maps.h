@@ -26,7 +26,7 @@ namespace bpftrain::collector::loader {
 namespace detail {
 
 inline Status expectMap(const bpf_map* map, bpf_map_type type, size_t key_size, size_t value_size,
-                        std::source_location where = std::source_location::current()) {
+                        SourceLocation where = SourceLocation::current()) {
   if (!map) return Status::error("BPF map missing from the object", where);
   const std::string name = bpf_map__name(map);
   if (bpf_map__type(map) != type)

@@ -50,7 +50,7 @@ std::string takeLibbpfMessage() {
 
 std::string errnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
-Status failedCall(std::string_view what, int err, std::source_location where) {
+Status failedCall(std::string_view what, int err, SourceLocation where) {
   const std::string detail = takeLibbpfMessage();
   return Status::error(std::string(what) + ": " + errnoText(err) +
                            (detail.empty() ? "" : " (" + detail + ")"),

@@ -2,13 +2,12 @@
 // set) and prints its own explanation through a callback; check() turns both into a Status whose
 // message names the call, errno's text and libbpf's last warning:
 //   "cannot attach tracepoint/sched/x: No such file or directory (libbpf: prog 'on_x': ...)".
-// A Status is a value (NCCLCHECK's file/line travel in it as a source_location for the log), so
+// A Status is a value (NCCLCHECK's file/line travel in it as a SourceLocation for the log), so
 // a failed probe becomes probe_up=0 with that message, never an exception.
 #pragma once
 
 #include <cerrno>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -16,11 +15,23 @@
 
 namespace bpftrain::collector::loader {
 
+// std::source_location's shape from the builtins GCC and Clang share: Clang 14 with libstdc++ 12
+// has no <source_location> (it needs __builtin_source_location, which Clang 15 added).
+struct SourceLocation {
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          unsigned line = __builtin_LINE()) {
+    return {file, line};
+  }
+  const char* file_name() const { return file_; }
+  unsigned line() const { return line_; }
+  const char* file_ = "";
+  unsigned line_ = 0;
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // ok
-  static Status error(std::string message,
-                      std::source_location where = std::source_location::current()) {
+  static Status error(std::string message, SourceLocation where = SourceLocation::current()) {
     Status s;
     s.message_ = std::move(message);
     s.where_ = where;
@@ -43,7 +54,7 @@ class [[nodiscard]] Status {
   bool ok_ = true;
   int err_ = 0;
   std::string message_;
-  std::source_location where_;
+  SourceLocation where_;
 };
 
 // A value or the Status that says why there is none.
@@ -81,13 +92,12 @@ std::string takeLibbpfMessage();
 std::string errnoText(int err);
 
 // "<what>: <errno text> (<libbpf's last message>)" for a failed call with this errno.
-Status failedCall(std::string_view what, int err,
-                  std::source_location where = std::source_location::current());
+Status failedCall(std::string_view what, int err, SourceLocation where = SourceLocation::current());
 
 // Runs one libbpf call that returns int (0 or more on success, -errno on failure).
 template <typename F>
-requires std::is_integral_v<std::invoke_result_t<F>> Status check(
-    std::string_view what, F&& call, std::source_location where = std::source_location::current()) {
+requires std::is_integral_v<std::invoke_result_t<F>> Status
+check(std::string_view what, F&& call, SourceLocation where = SourceLocation::current()) {
   takeLibbpfMessage();  // a stale warning must not explain this call
   const auto rc = call();
   if (rc >= 0) return {};
@@ -97,8 +107,7 @@ requires std::is_integral_v<std::invoke_result_t<F>> Status check(
 // Runs one libbpf call that returns a pointer (NULL with errno on failure) and stores it in out.
 template <typename T, typename F>
 requires std::is_convertible_v<std::invoke_result_t<F>, T*> Status
-check(std::string_view what, T*& out, F&& call,
-      std::source_location where = std::source_location::current()) {
+check(std::string_view what, T*& out, F&& call, SourceLocation where = SourceLocation::current()) {
   takeLibbpfMessage();
   errno = 0;
   out = call();
