@@ -123,7 +123,7 @@ struct MetricDef {
   X(kProbeEventsLost, "bpftrain_probe_events_lost", kCounter, "events", "probe", "loader",         \
     "Events a probe could not deliver (ring buffer full)")                                          \
   X(kProbeTargetsDropped, "bpftrain_probe_targets_dropped", kCounter, "targets", "", "loader",     \
-    "Processes not traced because the target slots or maps were full")                            \
+    "Processes not (fully) traced: target slots or maps full, a map update or USDT attach failed")                            \
   /* ---- controller ---- */                                                                      \
   X(kControllerDecisions, "bpftrain_controller_decisions", kCounter, "decisions",                  \
     "from to reason", "controller", "Every switch the controller made, and why")                 \
