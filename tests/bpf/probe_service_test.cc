@@ -38,7 +38,8 @@ using LabelMap = std::map<std::string, std::string>;
 bool matches(const window::SeriesSnapshot& s, const std::string& name, const LabelMap& want) {
   if (s.name != name) return false;
   for (const auto& [k, v] : want) {
-    auto it = std::find_if(s.labels.begin(), s.labels.end(), [&](auto& l) { return l.first == k; });
+    auto it =
+        std::find_if(s.labels.begin(), s.labels.end(), [&k = k](auto& l) { return l.first == k; });
     if (it == s.labels.end() || it->second != v) return false;
   }
   return true;
