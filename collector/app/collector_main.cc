@@ -213,9 +213,11 @@ int run(int argc, char** argv) {
   }
 
   // Tests and scripts parse this line for the bound ports (--listen/--metrics with port 0).
-  std::printf("bpftrain-collector: listening udp=%s:%u metrics=%s:%d threads=%d window=%" PRId64
+  // HostPort::str() brackets an IPv6 host, so "[::1]:PORT" parses back with the same grammar.
+  std::printf("bpftrain-collector: listening udp=%s metrics=%s threads=%d window=%" PRId64
               "ms step=%" PRId64 "ms\n",
-              cfg.listen.host.c_str(), udp->port(), cfg.metrics.host.c_str(), metrics->port(),
+              HostPort{cfg.listen.host, uint16_t(udp->port())}.str().c_str(),
+              HostPort{cfg.metrics.host, uint16_t(metrics->port())}.str().c_str(),
               udp->threads(), int64_t(cfg.window.count() / 1'000'000),
               int64_t(cfg.step.count() / 1'000'000));
   std::fflush(stdout);

@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
   for (size_t m = 0; m < kMetricCount; ++m) {
     std::string name =
         o.statsd ? kMetrics[m].prom_name
-                 : "bpftrain_" + std::string(bpftrain::wire::metricInfo(kMetrics[m].id).name);
+                 : std::string(bpftrain::wire::metricInfo(kMetrics[m].id).name);
     metrics[name] = {{"count", sent_count[m]}, {"sum", sent_sum[m]}};
   }
   out["metrics"] = metrics;

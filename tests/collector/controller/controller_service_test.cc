@@ -68,7 +68,7 @@ class FakeTrainer {
 
 JobState congestedJob() {
   JobState j;
-  j.queue_depth_p99 = 20e6;
+  j.queued_bytes_p99 = 20e6;
   return j;
 }
 
@@ -166,7 +166,7 @@ TEST_F(ControllerServiceTest, SendsASignedDecisionAndRetriesUntilEveryRankApplie
   EXPECT_EQ(lines[0]["to"], "hierarchical/none");
   EXPECT_EQ(lines[0]["reason"], "congestion");
   EXPECT_EQ(lines[0]["epoch"], 1);
-  EXPECT_TRUE(lines[0]["features"]["queue_depth_p99"].get<double>() > 16e6);
+  EXPECT_TRUE(lines[0]["features"]["queued_bytes_p99"].get<double>() > 16e6);
   EXPECT_TRUE(lines[0].contains("decide_latency_us"));
   EXPECT_EQ(lines[1]["event"], "applied");
   EXPECT_DOUBLE_EQ(lines[1]["apply_latency_s"].get<double>(), 1.5);
