@@ -7,8 +7,9 @@
 namespace bpftrain::collector::loader {
 
 std::vector<CounterDef> enumCounters(size_t probe, const metrics::MetricDef& metric,
-                                     const char* label, const std::vector<std::string>& names,
-                                     size_t values) {
+                                     const char* label, const char* kernel_enum,
+                                     const char* strip_prefix, size_t values) {
+  const std::vector<std::string> names = kernelEnumNames(kernel_enum, strip_prefix, values);
   std::vector<CounterDef> out;
   for (size_t i = 0; i < values; ++i) {
     const bool named = i < names.size() && !names[i].empty();

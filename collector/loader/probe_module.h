@@ -46,10 +46,11 @@ struct CounterDef {
   bool eager = true;
 };
 
-// One counter per enum value, labelled with the kernel's name for it (BTF) or its number.
+// One counter per value of the kernel enum `kernel_enum` (values 0..values-1), labelled with the
+// running kernel's name for it (BTF, `strip_prefix` removed) or, where it has none, its number.
 std::vector<CounterDef> enumCounters(size_t probe, const metrics::MetricDef& metric,
-                                     const char* label, const std::vector<std::string>& names,
-                                     size_t values);
+                                     const char* label, const char* kernel_enum,
+                                     const char* strip_prefix, size_t values);
 
 // Where a module's ring-buffer samples go: the service's targets and series store.
 class SampleSink {
@@ -98,7 +99,21 @@ struct LoadNotes {
   void markDown(size_t probe, std::string reason) { down.emplace_back(probe, std::move(reason)); }
 };
 
-// One loaded object. Modules with nothing special use it as it is; PMU and USDT override attach.
+// The generated skeleton functions of one BPF stem; BPFTRAIN_SKELETON(stem) names them all from the
+// stem, so that a module cannot pair one stem's open with another's load.
+template <typename Skel>
+struct SkeletonOps {
+  std::string_view stem;
+  Skel* (*open)();
+  int (*load)(Skel*);
+  void (*destroy)(Skel*);
+};
+#define BPFTRAIN_SKELETON(stem)                                                    \
+  (::bpftrain::collector::loader::SkeletonOps<stem##_bpf>{#stem, stem##_bpf__open, \
+                                                          stem##_bpf__load, stem##_bpf__destroy})
+
+// One loaded object. Modules with nothing special use it as it is; PMU and USDT override attach,
+// and modules with a ring buffer derive from RingProbeObject.
 class ProbeObject {
  public:
   virtual ~ProbeObject() = default;
@@ -125,18 +140,37 @@ class ProbeObject {
   // loader's target maps, and tp_btf programs whose tracepoint this kernel lacks left out (their
   // probes are noted down with why). The caller sets its own rodata, then calls loadSkeleton.
   template <typename Skel>
-  Status openSkeleton(Skel*& skel, Skel* (*open)(), void (*destroy)(Skel*), std::string_view stem,
-                      std::span<const ProbeDef> defs, const ProbeEnv& env, LoadNotes& notes) {
-    BPFTRAIN_TRY(check("cannot open BPF object " + std::string(stem), skel, open));
-    skeleton_ = SkeletonPtr(skel, [destroy](void* p) { destroy(static_cast<Skel*>(p)); });
+  Status openSkeleton(Skel*& skel, const SkeletonOps<Skel>& ops, std::span<const ProbeDef> defs,
+                      const ProbeEnv& env, LoadNotes& notes) {
+    BPFTRAIN_TRY(check("cannot open BPF object " + std::string(ops.stem), skel, ops.open));
+    skeleton_ =
+        SkeletonPtr(skel, [destroy = ops.destroy](void* p) { destroy(static_cast<Skel*>(p)); });
     object_ = skel->obj;
     skel->rodata->target_all = env.options.all_processes;
     skel->rodata->target_by_cgroup = !env.options.cgroups.empty();
     return prepare(skel->maps.target_tgids, skel->maps.target_cgroups, defs, env, notes);
   }
   template <typename Skel>
-  Status loadSkeleton(Skel* skel, int (*load)(Skel*), std::string_view stem) {
-    return check("BPF object " + std::string(stem) + " failed to load", [&] { return load(skel); });
+  Status loadSkeleton(Skel* skel, const SkeletonOps<Skel>& ops) {
+    return check("BPF object " + std::string(ops.stem) + " failed to load",
+                 [&] { return ops.load(skel); });
+  }
+  // What most modules' load is: openSkeleton, `rodata(skel)` (the module's own configuration),
+  // loadSkeleton, then setCounters<Counts> on the object's `counts` map. `skel` stays usable for
+  // what follows (setLost, a ring buffer).
+  template <typename Counts, typename Skel, typename Rodata>
+  Status openAndLoad(Skel*& skel, const SkeletonOps<Skel>& ops, std::span<const ProbeDef> defs,
+                     const ProbeEnv& env, LoadNotes& notes, std::vector<CounterDef> counters,
+                     Rodata&& rodata) {
+    BPFTRAIN_TRY(openSkeleton(skel, ops, defs, env, notes));
+    rodata(skel);
+    BPFTRAIN_TRY(loadSkeleton(skel, ops));
+    return setCounters<Counts>(skel->maps.counts, env, std::move(counters));
+  }
+  template <typename Counts, typename Skel>
+  Status openAndLoad(Skel*& skel, const SkeletonOps<Skel>& ops, std::span<const ProbeDef> defs,
+                     const ProbeEnv& env, LoadNotes& notes, std::vector<CounterDef> counters) {
+    return openAndLoad<Counts>(skel, ops, defs, env, notes, std::move(counters), [](Skel*) {});
   }
   // The per-slot counter block and what its words mean (words past `defs` are not exported).
   template <typename Counts>
@@ -169,16 +203,89 @@ class ProbeObject {
   std::vector<LinkPtr> links_;
 };
 
+// The whole load of most modules: a new Object, then its openAndLoad with the module's counter
+// meanings and, optionally, its rodata(skel).
+template <typename Counts, typename Object = ProbeObject, typename Skel, typename... Rodata>
+Result<std::unique_ptr<ProbeObject>> loadObject(const SkeletonOps<Skel>& ops,
+                                                std::span<const ProbeDef> defs, const ProbeEnv& env,
+                                                LoadNotes& notes, std::vector<CounterDef> counters,
+                                                Rodata&&... rodata) {
+  auto obj = std::make_unique<Object>();
+  Skel* skel = nullptr;
+  BPFTRAIN_TRY(obj->template openAndLoad<Counts>(skel, ops, defs, env, notes, std::move(counters),
+                                                 std::forward<Rodata>(rodata)...));
+  return obj;
+}
+
+// An object with a ring buffer of `Sample` records (each carrying its slot) that become up to
+// `kSeries` series per slot: the module derives from it and writes only onSample, which reads
+// sink() and series_ (the slot's ids, looked up on its first sample and forgotten on release).
+// Its stem names the ring `samples` and the map of what it could not record `lost`.
+template <typename Sample, size_t kSeries>
+class RingProbeObject : public ProbeObject {
+ public:
+  // The ring's handler: one call per record, while consume() runs.
+  virtual void onSample(const Sample& sample) = 0;
+
+  // ProbeObject::openAndLoad, then the stem's `lost` map (counted for the module's first probe)
+  // and its `samples` ring buffer. Hides the base's, so that loadObject<Counts, Object> binds both.
+  template <typename Counts, typename Skel, typename... Rodata>
+  Status openAndLoad(Skel*& skel, const SkeletonOps<Skel>& ops, std::span<const ProbeDef> defs,
+                     const ProbeEnv& env, LoadNotes& notes, std::vector<CounterDef> counters,
+                     Rodata&&... rodata) {
+    BPFTRAIN_TRY(ProbeObject::openAndLoad<Counts>(skel, ops, defs, env, notes, std::move(counters),
+                                                  std::forward<Rodata>(rodata)...));
+    BPFTRAIN_TRY(setLost(skel->maps.lost, env, 0));
+    auto ring = RingReader<Sample>::open(skel->maps.samples, this);
+    if (!ring.ok()) return ring.status();
+    ring_ = ring.take();
+    return {};
+  }
+
+  Status consume(SampleSink& sink) final {
+    sink_ = &sink;
+    Status status = ring_.consume();
+    sink_ = nullptr;
+    return status;
+  }
+
+  void releaseSlot(uint32_t slot) final { series_.forget(slot); }
+
+ protected:
+  SampleSink& sink() { return *sink_; }
+  SlotSeries<kSeries> series_;
+
+ private:
+  RingReader<Sample> ring_;
+  SampleSink* sink_ = nullptr;  // set while consuming
+};
+
+// A module: its probes, in --list-probes order (indices are the module's own), and its load,
+// which opens, configures and loads the object. An error from load puts every probe of the
+// module down with its message (those in notes keep their own reason). Defined with
+// BPFTRAIN_PROBE_MODULE.
 class ProbeModule {
  public:
-  virtual ~ProbeModule() = default;
-  // The probes this module serves, in --list-probes order. Indices are the module's own.
-  virtual std::span<const ProbeDef> probes() const = 0;
-  // Opens, configures and loads the object. An error puts every probe of the module down with
-  // its message (those in notes keep their own reason).
-  virtual Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env,
-                                                    LoadNotes& notes) const = 0;
+  using Load = Result<std::unique_ptr<ProbeObject>> (*)(const ProbeEnv& env, LoadNotes& notes);
+  ProbeModule(std::span<const ProbeDef> probes, Load load) : probes_(probes), load_(load) {}
+
+  std::span<const ProbeDef> probes() const { return probes_; }
+  Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) const {
+    return load_(env, notes);
+  }
+
+ private:
+  std::span<const ProbeDef> probes_;
+  Load load_;
 };
+
+// Registers a module: defines probes::<module>::module(), which the generated registry lists.
+// Write it once in the module's namespace, after its probe table and load function.
+#define BPFTRAIN_PROBE_MODULE(probes, load)                                            \
+  const ::bpftrain::collector::loader::ProbeModule& module() {                         \
+    static const ::bpftrain::collector::loader::ProbeModule kModule((probes), (load)); \
+    return kModule;                                                                    \
+  }
 
 // Every module, in --list-probes order (generated from BPFTRAIN_PROBE_MODULES).
 std::span<const ProbeModule* const> probeModules();

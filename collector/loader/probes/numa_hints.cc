@@ -6,28 +6,19 @@
 namespace bpftrain::collector::loader::probes::numa_hints {
 namespace {
 
-class Module final : public ProbeModule {
- public:
-  std::span<const ProbeDef> probes() const override {
-    static const ProbeDef kProbes[] = {
-        {"numa_hint_faults", {}, "NUMA hinting-fault tracepoint (none in mainline)"},
-    };
-    return kProbes;
-  }
-
-  Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv&, LoadNotes&) const override {
-    return Status::error(
-        "no NUMA hinting-fault tracepoint in this kernel and kprobes/fentry are unavailable; "
-        "NUMA-misplaced pages are counted in " +
-        metrics::promName(metrics::kPageMigrations) + "{reason=\"numa_misplaced\"}");
-  }
+const ProbeDef kProbes[] = {
+    {"numa_hint_faults", {}, "NUMA hinting-fault tracepoint (none in mainline)"},
 };
+
+Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv&, LoadNotes&) {
+  return Status::error(
+      "no NUMA hinting-fault tracepoint in this kernel and kprobes/fentry are unavailable; "
+      "NUMA-misplaced pages are counted in " +
+      metrics::promName(metrics::kPageMigrations) + "{reason=\"numa_misplaced\"}");
+}
 
 }  // namespace
 
-const ProbeModule& module() {
-  static const Module kModule;
-  return kModule;
-}
+BPFTRAIN_PROBE_MODULE(kProbes, load)
 
 }  // namespace bpftrain::collector::loader::probes::numa_hints

@@ -8,37 +8,23 @@
 namespace bpftrain::collector::loader::probes::numa_moves {
 namespace {
 
-class Module final : public ProbeModule {
- public:
-  std::span<const ProbeDef> probes() const override {
-    static const ProbeDef kProbes[] = {
-        {"numa_moves",
-         {"on_move_numa", "on_swap_numa", "on_stick_numa"},
-         "tracepoints sched:sched_{move,swap,stick}_numa"},
-    };
-    return kProbes;
-  }
-
-  Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) const override {
-    auto obj = std::make_unique<ProbeObject>();
-    numa_moves_bpf* skel = nullptr;
-    BPFTRAIN_TRY(obj->openSkeleton(skel, numa_moves_bpf__open, numa_moves_bpf__destroy,
-                                   "numa_moves", probes(), env, notes));
-    BPFTRAIN_TRY(obj->loadSkeleton(skel, numa_moves_bpf__load, "numa_moves"));
-    // numa_move_counts.kind[NUMA_MOVE], [NUMA_SWAP], [NUMA_STICK]
-    std::vector<CounterDef> counters;
-    for (const char* kind : {"move", "swap", "stick"})
-      counters.push_back({0, &metrics::kNumaTaskMoves, "kind", kind});
-    BPFTRAIN_TRY(obj->setCounters<numa_move_counts>(skel->maps.counts, env, std::move(counters)));
-    return obj;
-  }
+const ProbeDef kProbes[] = {
+    {"numa_moves",
+     {"on_move_numa", "on_swap_numa", "on_stick_numa"},
+     "tracepoints sched:sched_{move,swap,stick}_numa"},
 };
+
+Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
+  // numa_move_counts.kind[NUMA_MOVE], [NUMA_SWAP], [NUMA_STICK]
+  std::vector<CounterDef> counters;
+  for (const char* kind : {"move", "swap", "stick"})
+    counters.push_back({0, &metrics::kNumaTaskMoves, "kind", kind});
+  return loadObject<numa_move_counts>(BPFTRAIN_SKELETON(numa_moves), kProbes, env, notes,
+                                      std::move(counters));
+}
 
 }  // namespace
 
-const ProbeModule& module() {
-  static const Module kModule;
-  return kModule;
-}
+BPFTRAIN_PROBE_MODULE(kProbes, load)
 
 }  // namespace bpftrain::collector::loader::probes::numa_moves

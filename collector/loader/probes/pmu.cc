@@ -71,40 +71,28 @@ class Object final : public ProbeObject {
   uint64_t sample_period_;
 };
 
-class Module final : public ProbeModule {
- public:
-  std::span<const ProbeDef> probes() const override {
-    static const ProbeDef kProbes[] = {
-        {"dtlb_misses", {"on_dtlb_miss"}, "PMU PERF_TYPE_HW_CACHE dTLB read miss"},
-        {"itlb_misses", {"on_itlb_miss"}, "PMU PERF_TYPE_HW_CACHE iTLB read miss"},
-        {"node_load_misses", {"on_node_load_miss"}, "PMU PERF_TYPE_HW_CACHE node read miss"},
-        {"node_loads", {"on_node_load"}, "PMU PERF_TYPE_HW_CACHE node read access"},
-    };
-    return kProbes;
-  }
-
-  Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) const override {
-    auto obj = std::make_unique<Object>(env.ncpus, env.options.pmu_sample_period);
-    pmu_bpf* skel = nullptr;
-    BPFTRAIN_TRY(
-        obj->openSkeleton(skel, pmu_bpf__open, pmu_bpf__destroy, "pmu", probes(), env, notes));
-    BPFTRAIN_TRY(obj->loadSkeleton(skel, pmu_bpf__load, "pmu"));
-    // pmu_counts.events[enum pmu_event]: probe i counts word i.
-    BPFTRAIN_TRY(
-        obj->setCounters<pmu_counts>(skel->maps.counts, env,
-                                     {{PMU_DTLB_MISSES, &metrics::kDtlbMisses, "", ""},
-                                      {PMU_ITLB_MISSES, &metrics::kItlbMisses, "", ""},
-                                      {PMU_NODE_LOAD_MISSES, &metrics::kNodeLoadMisses, "", ""},
-                                      {PMU_NODE_LOADS, &metrics::kNodeLoads, "", ""}}));
-    return obj;
-  }
+const ProbeDef kProbes[] = {
+    {"dtlb_misses", {"on_dtlb_miss"}, "PMU PERF_TYPE_HW_CACHE dTLB read miss"},
+    {"itlb_misses", {"on_itlb_miss"}, "PMU PERF_TYPE_HW_CACHE iTLB read miss"},
+    {"node_load_misses", {"on_node_load_miss"}, "PMU PERF_TYPE_HW_CACHE node read miss"},
+    {"node_loads", {"on_node_load"}, "PMU PERF_TYPE_HW_CACHE node read access"},
 };
+
+Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
+  auto obj = std::make_unique<Object>(env.ncpus, env.options.pmu_sample_period);
+  pmu_bpf* skel = nullptr;
+  // pmu_counts.events[enum pmu_event]: probe i counts word i.
+  BPFTRAIN_TRY(
+      obj->openAndLoad<pmu_counts>(skel, BPFTRAIN_SKELETON(pmu), kProbes, env, notes,
+                                   {{PMU_DTLB_MISSES, &metrics::kDtlbMisses, "", ""},
+                                    {PMU_ITLB_MISSES, &metrics::kItlbMisses, "", ""},
+                                    {PMU_NODE_LOAD_MISSES, &metrics::kNodeLoadMisses, "", ""},
+                                    {PMU_NODE_LOADS, &metrics::kNodeLoads, "", ""}}));
+  return obj;
+}
 
 }  // namespace
 
-const ProbeModule& module() {
-  static const Module kModule;
-  return kModule;
-}
+BPFTRAIN_PROBE_MODULE(kProbes, load)
 
 }  // namespace bpftrain::collector::loader::probes::pmu

@@ -11,15 +11,8 @@
 namespace bpftrain::collector::loader::probes::usdt_qp {
 namespace {
 
-class Object final : public ProbeObject {
+class Object final : public RingProbeObject<qp_sample, 1> {
  public:
-  Status openRing(const bpf_map* samples) {
-    auto ring = RingReader<qp_sample>::open(samples, this);
-    if (!ring.ok()) return ring.status();
-    ring_ = ring.take();
-    return {};
-  }
-
   // Nothing attaches at load: only finds the programs, which attachTarget uses.
   Status attach(size_t, const ProbeDef& def) override {
     for (std::string_view name : def.programs) {
@@ -51,63 +44,34 @@ class Object final : public ProbeObject {
     return {};
   }
 
-  Status consume(SampleSink& sink) override {
-    sink_ = &sink;
-    Status status = ring_.consume();
-    sink_ = nullptr;
-    return status;
-  }
-
-  void releaseSlot(uint32_t slot) override { series_.forget(slot); }
-
-  void onSample(const qp_sample& sample) {
-    if (!sink_->live(sample.slot)) return;
+  void onSample(const qp_sample& sample) override {
+    if (!sink().live(sample.slot)) return;
     auto& ids = series_[sample.slot];
     if (!series_.known(sample.slot))
-      ids[0] = sink_->series(sample.slot, metrics::kTransportOutstandingWorkRequests, "transport",
+      ids[0] = sink().series(sample.slot, metrics::kTransportOutstandingWorkRequests, "transport",
                              "rdma");
-    sink_->record(ids[0], sample.outstanding);
+    sink().record(ids[0], sample.outstanding);
   }
 
  private:
   std::vector<bpf_program*> programs_;
-  RingReader<qp_sample> ring_;
-  SlotSeries<1> series_;
-  SampleSink* sink_ = nullptr;  // set while consuming
 };
 
-class Module final : public ProbeModule {
- public:
-  std::span<const ProbeDef> probes() const override {
-    static const ProbeDef kProbes[] = {
-        {"rdma_usdt",
-         {"on_qp_post", "on_qp_complete"},
-         "USDT bpftrain:qp_post / bpftrain:qp_complete (per target process)"},
-    };
-    return kProbes;
-  }
-
-  Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) const override {
-    auto obj = std::make_unique<Object>();
-    usdt_qp_bpf* skel = nullptr;
-    BPFTRAIN_TRY(obj->openSkeleton(skel, usdt_qp_bpf__open, usdt_qp_bpf__destroy, "usdt_qp",
-                                   probes(), env, notes));
-    BPFTRAIN_TRY(obj->loadSkeleton(skel, usdt_qp_bpf__load, "usdt_qp"));
-    // qp_counts.posts, qp_counts.completions
-    BPFTRAIN_TRY(obj->setCounters<qp_counts>(skel->maps.counts, env,
-                                             {{0, &metrics::kRdmaQpEvents, "event", "post"},
-                                              {0, &metrics::kRdmaQpEvents, "event", "complete"}}));
-    BPFTRAIN_TRY(obj->setLost(skel->maps.lost, env, 0));
-    BPFTRAIN_TRY(obj->openRing(skel->maps.samples));
-    return obj;
-  }
+const ProbeDef kProbes[] = {
+    {"rdma_usdt",
+     {"on_qp_post", "on_qp_complete"},
+     "USDT bpftrain:qp_post / bpftrain:qp_complete (per target process)"},
 };
+
+Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
+  // qp_counts.posts, qp_counts.completions
+  return loadObject<qp_counts, Object>(BPFTRAIN_SKELETON(usdt_qp), kProbes, env, notes,
+                                       {{0, &metrics::kRdmaQpEvents, "event", "post"},
+                                        {0, &metrics::kRdmaQpEvents, "event", "complete"}});
+}
 
 }  // namespace
 
-const ProbeModule& module() {
-  static const Module kModule;
-  return kModule;
-}
+BPFTRAIN_PROBE_MODULE(kProbes, load)
 
 }  // namespace bpftrain::collector::loader::probes::usdt_qp
