@@ -95,32 +95,30 @@ struct Control {
   std::array<uint8_t, 32> mac{};  // HMAC-SHA256 over controlSigningBytes()
 };
 
-// Why a frame was rejected; exported as the `reason` label of decode_errors_total.
+// Why a frame was rejected; exported as the `reason` label of decode_errors_total. One list, so
+// that the collector's own reasons (collector/ingest/ingest_stats.h) can begin with these.
+#define BPFTRAIN_WIRE_DECODE_ERRORS(X) \
+  X(kTruncated, "truncated")           \
+  X(kOversized, "oversized")           \
+  X(kBadMagic, "bad_magic")            \
+  X(kBadVersion, "bad_version")        \
+  X(kUnknownKind, "unknown_kind")      \
+  X(kCountOverrun, "count_overrun")    \
+  X(kUnknownMetric, "unknown_metric")  \
+  X(kNonFinite, "non_finite")          \
+  X(kBadName, "bad_name")
+#define BPFTRAIN_ENUMERATOR(id, name) id,
+#define BPFTRAIN_DECODE_ERROR_NAME(id, name) {DecodeError::id, name},
 enum class DecodeError : uint8_t {
   kNone = 0,
-  kTruncated,
-  kOversized,
-  kBadMagic,
-  kBadVersion,
-  kUnknownKind,
-  kCountOverrun,
-  kUnknownMetric,
-  kNonFinite,
-  kBadName,
+  BPFTRAIN_WIRE_DECODE_ERRORS(BPFTRAIN_ENUMERATOR)
   kCount,
 };
 inline constexpr auto kDecodeErrorNames = enumNames<DecodeError>({
     {DecodeError::kNone, "none"},
-    {DecodeError::kTruncated, "truncated"},
-    {DecodeError::kOversized, "oversized"},
-    {DecodeError::kBadMagic, "bad_magic"},
-    {DecodeError::kBadVersion, "bad_version"},
-    {DecodeError::kUnknownKind, "unknown_kind"},
-    {DecodeError::kCountOverrun, "count_overrun"},
-    {DecodeError::kUnknownMetric, "unknown_metric"},
-    {DecodeError::kNonFinite, "non_finite"},
-    {DecodeError::kBadName, "bad_name"},
+    BPFTRAIN_WIRE_DECODE_ERRORS(BPFTRAIN_DECODE_ERROR_NAME)
 });
+#undef BPFTRAIN_DECODE_ERROR_NAME
 static_assert(kDecodeErrorNames.size() == size_t(DecodeError::kCount));
 inline constexpr std::string_view decodeErrorName(DecodeError e) {
   return kDecodeErrorNames.name(e);

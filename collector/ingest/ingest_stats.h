@@ -12,17 +12,10 @@
 namespace bpftrain::collector::ingest {
 
 // Why a datagram, frame or line was rejected: the `reason` label of
-// bpftrain_collector_decode_errors_total. The first values mirror wire::DecodeError.
+// bpftrain_collector_decode_errors_total. The wire format's reasons first, then the collector's.
 enum class DecodeReason : uint8_t {
-  kTruncated = 1,
-  kOversized,
-  kBadMagic,
-  kBadVersion,
-  kUnknownKind,
-  kCountOverrun,
-  kUnknownMetric,
-  kNonFinite,
-  kBadName,
+  kNone = 0,
+  BPFTRAIN_WIRE_DECODE_ERRORS(BPFTRAIN_ENUMERATOR)
   // StatsD lines
   kBadLine,        // no ':' or '|' where the syntax needs one
   kBadValue,       // value is not a number (or a negative counter)
@@ -33,13 +26,9 @@ enum class DecodeReason : uint8_t {
   kBadSummary,     // window-summary frame the upstream decoder rejected
   kCount,
 };
-
+// Both enums are built from one list, so a cast maps one onto the other.
+static_assert(uint8_t(DecodeReason::kBadLine) == uint8_t(wire::DecodeError::kCount));
 inline DecodeReason fromWire(wire::DecodeError e) { return DecodeReason(uint8_t(e)); }
-// fromWire() is a cast: the mirrored values must stay in step with wire::DecodeError.
-static_assert(uint8_t(DecodeReason::kTruncated) == uint8_t(wire::DecodeError::kTruncated) &&
-                  uint8_t(DecodeReason::kBadName) == uint8_t(wire::DecodeError::kBadName) &&
-                  uint8_t(DecodeReason::kBadName) + 1 == uint8_t(wire::DecodeError::kCount),
-              "DecodeReason's first values must mirror wire::DecodeError one to one");
 
 // The StatsD and summary reasons; the mirrored ones are named by wire::kDecodeErrorNames.
 inline constexpr auto kIngestDecodeReasonNames = enumNames<DecodeReason>({
