@@ -132,4 +132,13 @@ std::optional<SocketAddress> boundAddress(int fd) {
   return out;
 }
 
+std::optional<SocketAddress> resolveSetting(std::string_view flag, std::string_view text,
+                                            PortZero zero, int socktype, std::string& error) {
+  std::optional<SocketAddress> out;
+  if (std::optional<HostPort> hp = parseHostPort(text, zero, error))
+    out = resolveHostPort(*hp, socktype, error);
+  if (!out) error = std::string(flag) + ": " + error;
+  return out;
+}
+
 }  // namespace bpftrain

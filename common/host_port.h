@@ -44,6 +44,11 @@ struct SocketAddress {
 // Numeric hosts never touch DNS. Nullopt with `error` naming the host and the fix.
 std::optional<SocketAddress> resolveHostPort(const HostPort& hp, int socktype, std::string& error);
 
+// parseHostPort() then resolveHostPort() for the value of a flag or key: errors begin with
+// `flag: ` so that the user sees which setting to fix.
+std::optional<SocketAddress> resolveSetting(std::string_view flag, std::string_view text,
+                                            PortZero zero, int socktype, std::string& error);
+
 // The local address a socket is bound to (e.g. to read back the port after binding port 0).
 std::optional<SocketAddress> boundAddress(int fd);
 

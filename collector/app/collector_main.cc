@@ -118,8 +118,7 @@ int run(int argc, char** argv) {
 
   auto metrics = exporter::MetricsServer::start(cfg.metrics.str(), error);
   if (!metrics) {
-    std::fprintf(stderr, "bpftrain-collector: --metrics %s: %s\n", cfg.metrics.str().c_str(),
-                 error.c_str());
+    std::fprintf(stderr, "bpftrain-collector: %s\n", error.c_str());  // names --metrics itself
     return 1;
   }
   auto self =

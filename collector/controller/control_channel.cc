@@ -18,17 +18,10 @@ std::unique_ptr<ControlChannel> ControlChannel::open(const std::string& address,
                                                      std::string secret, std::string job,
                                                      std::string& error) {
   std::unique_ptr<ControlChannel> ch(new ControlChannel());
-  std::optional<HostPort> hp = parseHostPort(address, PortZero::kRejected, error);
-  if (!hp) {
-    error = "--trainer: " + error;
-    return nullptr;
-  }
   // Resolved once: a decision must not wait for DNS at a step boundary.
-  std::optional<SocketAddress> to = resolveHostPort(*hp, SOCK_DGRAM, error);
-  if (!to) {
-    error = "--trainer: " + error;
-    return nullptr;
-  }
+  std::optional<SocketAddress> to =
+      resolveSetting("--trainer", address, PortZero::kRejected, SOCK_DGRAM, error);
+  if (!to) return nullptr;
   ch->to_ = *to;
   if (secret.empty()) {
     error = "controller: the control secret is empty: write one to the --secret file "

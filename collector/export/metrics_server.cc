@@ -13,10 +13,9 @@ namespace bpftrain::collector::exporter {
 
 std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& host_port,
                                                     std::string& error, size_t threads) {
-  std::optional<HostPort> hp = parseHostPort(host_port, PortZero::kAllowed, error);
-  if (!hp) return nullptr;
   // CivetWeb wants a numeric address: resolve names ourselves so "localhost:9471" works.
-  std::optional<SocketAddress> addr = resolveHostPort(*hp, SOCK_STREAM, error);
+  std::optional<SocketAddress> addr =
+      resolveSetting("--metrics", host_port, PortZero::kAllowed, SOCK_STREAM, error);
   if (!addr) return nullptr;
   const std::string bind = addr->str();
 
@@ -24,14 +23,14 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& host_port
   try {
     server->exposer_ = std::make_unique<prometheus::Exposer>(bind, threads);
   } catch (const std::exception& e) {
-    error = "cannot serve /metrics on " + bind + " (" + e.what() +
+    error = "--metrics: cannot serve /metrics on " + bind + " (" + e.what() +
             "): the port is probably in use; pick another with --metrics HOST:PORT (port 0 picks "
             "a free one)";
     return nullptr;
   }
   std::vector<int> ports = server->exposer_->GetListeningPorts();
   if (ports.empty() || ports.front() <= 0) {
-    error = "serving /metrics on " + bind + " but the bound port is unknown";
+    error = "--metrics: serving /metrics on " + bind + " but the bound port is unknown";
     return nullptr;
   }
   server->host_ = addr->host();

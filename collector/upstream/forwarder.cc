@@ -64,16 +64,9 @@ class ForwarderCollectable : public prometheus::Collectable {
 std::unique_ptr<UpstreamForwarder> UpstreamForwarder::create(const window::SeriesStore& store,
                                                              const UpstreamOptions& options,
                                                              std::string& error) {
-  std::optional<HostPort> hp = parseHostPort(options.target, PortZero::kRejected, error);
-  if (!hp) {
-    error = "--upstream: " + error;
-    return nullptr;
-  }
-  std::optional<SocketAddress> to = resolveHostPort(*hp, SOCK_DGRAM, error);
-  if (!to) {
-    error = "--upstream: " + error;
-    return nullptr;
-  }
+  std::optional<SocketAddress> to =
+      resolveSetting("--upstream", options.target, PortZero::kRejected, SOCK_DGRAM, error);
+  if (!to) return nullptr;
   int fd = socket(to->family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, to->get(), to->length) != 0) {
     error = "--upstream " + options.target + ": " + std::strerror(errno);

@@ -46,10 +46,9 @@ int main(int argc, char** argv) {
   // HOST:PORT as every binary reads it (common/host_port.h); port 0 only for the listening side.
   auto resolve = [](const std::string& s, bpftrain::PortZero zero) {
     std::string error;
-    std::optional<bpftrain::SocketAddress> out;
-    if (auto hp = bpftrain::parseHostPort(s, zero, error))
-      out = bpftrain::resolveHostPort(*hp, SOCK_DGRAM, error);
-    if (!out) std::fprintf(stderr, "netlab-telemetry-sink: %s: %s\n", s.c_str(), error.c_str());
+    std::optional<bpftrain::SocketAddress> out =
+        bpftrain::resolveSetting(s, s, zero, SOCK_DGRAM, error);
+    if (!out) std::fprintf(stderr, "netlab-telemetry-sink: %s\n", error.c_str());
     return out;
   };
   std::optional<bpftrain::SocketAddress> a = resolve(addr, bpftrain::PortZero::kAllowed), fwd;

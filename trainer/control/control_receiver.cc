@@ -17,10 +17,9 @@ namespace bpftrain::trainer::control {
 ControlReceiver::ControlReceiver(const std::string& host_port, Verifier& verifier)
     : verifier_(verifier), buffer_(wire::kMaxDatagramSize) {
   std::string error;
-  std::optional<HostPort> hp = parseHostPort(host_port, PortZero::kAllowed, error);
-  if (!hp) throw std::runtime_error("--control: " + error);
-  std::optional<SocketAddress> addr = resolveHostPort(*hp, SOCK_DGRAM, error);
-  if (!addr) throw std::runtime_error("--control " + host_port + ": " + error);
+  std::optional<SocketAddress> addr =
+      resolveSetting("--control", host_port, PortZero::kAllowed, SOCK_DGRAM, error);
+  if (!addr) throw std::runtime_error(error);
   fd_ = socket(addr->family(), SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int one = 1;
   if (fd_ >= 0) setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));

@@ -25,10 +25,9 @@ Emitter::Emitter(const EmitterOptions& options) : options_(options) {
     options_.node = wire::isValidName(host) ? host : "node";
   }
   std::string error;
-  std::optional<HostPort> hp = parseHostPort(options_.collector, PortZero::kRejected, error);
-  if (!hp) throw std::runtime_error("--collector: " + error);
-  std::optional<SocketAddress> to = resolveHostPort(*hp, SOCK_DGRAM, error);
-  if (!to) throw std::runtime_error("--collector " + options_.collector + ": " + error);
+  std::optional<SocketAddress> to =
+      resolveSetting("--collector", options_.collector, PortZero::kRejected, SOCK_DGRAM, error);
+  if (!to) throw std::runtime_error(error);
   fd_ = socket(to->family(), SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd_ < 0 || connect(fd_, to->get(), to->length) != 0) {
     std::string why = std::strerror(errno);
