@@ -1,5 +1,6 @@
 /* RDMA queue pairs, seen through the USDT probes bpftrain:qp_post / bpftrain:qp_complete that a
- * process built with bpf/usdt/bpftrain_usdt.h fires (today only the test tool bpftrain-usdt-fire). */
+ * process built with bpf/usdt/bpftrain_usdt.h fires (today only the test tool bpftrain-usdt-fire).
+ */
 #ifndef BPFTRAIN_BPF_USDT_QP_H
 #define BPFTRAIN_BPF_USDT_QP_H
 

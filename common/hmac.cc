@@ -17,13 +17,15 @@ Mac hmacSha256(std::span<const uint8_t> key, std::span<const uint8_t> message) {
   return mac;
 }
 
-bool macEqual(const Mac& a, const Mac& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+bool macEqual(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
 std::optional<std::string> readSecretFile(const std::string& path, std::string& error) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) {
-    error = "secret file " + path + " not found: create it with `head -c 32 /dev/urandom > " + path +
-            " && chmod 600 " + path + "`";
+    error = "secret file " + path + " not found: create it with `head -c 32 /dev/urandom > " +
+            path + " && chmod 600 " + path + "`";
     return std::nullopt;
   }
   if (st.st_mode & (S_IRWXG | S_IRWXO)) {

@@ -13,9 +13,12 @@ constexpr std::string_view kTotal = "_total";
 
 std::string_view kindName(Kind kind) {
   switch (kind) {
-    case Kind::kCounter: return "counter";
-    case Kind::kGauge: return "gauge";
-    case Kind::kDistribution: return "summary";
+    case Kind::kCounter:
+      return "counter";
+    case Kind::kGauge:
+      return "gauge";
+    case Kind::kDistribution:
+      return "summary";
   }
   return "";
 }

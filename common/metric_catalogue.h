@@ -20,7 +20,7 @@ enum class Kind : uint8_t {
 };
 
 struct MetricDef {
-  std::string_view name;    // stored name, e.g. "bpftrain_migrations"
+  std::string_view name;  // stored name, e.g. "bpftrain_migrations"
   Kind kind;
   std::string_view unit;    // what one unit of the value is: "seconds", "bytes", "migrations" ...
   std::string_view labels;  // every label name, space separated, in the order series carry them

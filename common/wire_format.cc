@@ -39,24 +39,36 @@ size_t finishFrame(std::span<uint8_t> out, FrameKind kind, uint64_t sender, uint
 
 MetricInfo metricInfo(MetricId id) {
   switch (id) {
-    case MetricId::kStepSeconds: return {metrics::kStepSeconds.name, SampleType::kTimer};
-    case MetricId::kAllreduceSeconds: return {metrics::kAllreduceSeconds.name, SampleType::kTimer};
-    case MetricId::kAllreduceBytes: return {metrics::kAllreduceBytes.name, SampleType::kCounter};
+    case MetricId::kStepSeconds:
+      return {metrics::kStepSeconds.name, SampleType::kTimer};
+    case MetricId::kAllreduceSeconds:
+      return {metrics::kAllreduceSeconds.name, SampleType::kTimer};
+    case MetricId::kAllreduceBytes:
+      return {metrics::kAllreduceBytes.name, SampleType::kCounter};
     case MetricId::kAllreduceBusbwBytesPerSecond:
       return {metrics::kAllreduceBusbw.name, SampleType::kGauge};
-    case MetricId::kSamplesPerSecond: return {metrics::kSamplesPerSecond.name, SampleType::kGauge};
-    case MetricId::kLoss: return {metrics::kLoss.name, SampleType::kGauge};
-    case MetricId::kAccuracy: return {metrics::kAccuracy.name, SampleType::kGauge};
-    case MetricId::kTopology: return {metrics::kTopology.name, SampleType::kGauge};
-    case MetricId::kPinning: return {metrics::kPinning.name, SampleType::kGauge};
-    case MetricId::kConfigEpoch: return {metrics::kConfigEpoch.name, SampleType::kGauge};
+    case MetricId::kSamplesPerSecond:
+      return {metrics::kSamplesPerSecond.name, SampleType::kGauge};
+    case MetricId::kLoss:
+      return {metrics::kLoss.name, SampleType::kGauge};
+    case MetricId::kAccuracy:
+      return {metrics::kAccuracy.name, SampleType::kGauge};
+    case MetricId::kTopology:
+      return {metrics::kTopology.name, SampleType::kGauge};
+    case MetricId::kPinning:
+      return {metrics::kPinning.name, SampleType::kGauge};
+    case MetricId::kConfigEpoch:
+      return {metrics::kConfigEpoch.name, SampleType::kGauge};
     case MetricId::kAnonHugePagesBytes:
       return {metrics::kAnonHugePagesBytes.name, SampleType::kGauge};
     case MetricId::kTelemetryDropped:
       return {metrics::kTelemetryDropped.name, SampleType::kCounter};
-    case MetricId::kCheckpointActive: return {metrics::kCheckpointActive.name, SampleType::kGauge};
-    case MetricId::kStep: return {metrics::kStep.name, SampleType::kGauge};
-    case MetricId::kControlRejected: return {metrics::kControlRejected.name, SampleType::kCounter};
+    case MetricId::kCheckpointActive:
+      return {metrics::kCheckpointActive.name, SampleType::kGauge};
+    case MetricId::kStep:
+      return {metrics::kStep.name, SampleType::kGauge};
+    case MetricId::kControlRejected:
+      return {metrics::kControlRejected.name, SampleType::kCounter};
   }
   return {"", SampleType::kGauge};
 }
@@ -102,7 +114,8 @@ size_t encodeSamples(std::span<uint8_t> out, uint64_t sender_id, uint32_t sequen
     putF64(p + 8, r.value);
     p += kSampleRecordSize;
   }
-  return finishFrame(out, FrameKind::kSamples, sender_id, sequence, uint16_t(records.size()), total);
+  return finishFrame(out, FrameKind::kSamples, sender_id, sequence, uint16_t(records.size()),
+                     total);
 }
 
 size_t encodeHello(std::span<uint8_t> out, uint64_t sender_id, uint32_t sequence, const Hello& h) {
@@ -156,8 +169,8 @@ DecodeError nextFrame(std::span<const uint8_t>& datagram, FrameView& frame) {
   if (length < kHeaderSize) return DecodeError::kTruncated;
   if (length > kMaxFrameSize) return DecodeError::kOversized;
   if (length > datagram.size()) return DecodeError::kTruncated;
-  frame.header = FrameHeader{FrameKind(kind), uint16_t(length), getU64(p + 8), getU32(p + 16),
-                             getU16(p + 20)};
+  frame.header =
+      FrameHeader{FrameKind(kind), uint16_t(length), getU64(p + 8), getU32(p + 16), getU16(p + 20)};
   frame.body = datagram.subspan(kHeaderSize, length - kHeaderSize);
   datagram = datagram.subspan(length);
   return DecodeError::kNone;

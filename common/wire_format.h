@@ -17,10 +17,10 @@ namespace bpftrain::wire {
 inline constexpr uint32_t kMagic = 0x4E525442;  // "BTRN" in little-endian byte order
 inline constexpr uint8_t kVersion = 1;
 inline constexpr size_t kHeaderSize = 24;
-inline constexpr size_t kMaxFrameSize = 8192;        // one frame; a datagram may carry several
-inline constexpr size_t kMaxDatagramSize = 65507;    // largest UDP payload over IPv4
-inline constexpr size_t kMaxNameLength = 64;         // job and node names
-inline constexpr size_t kMaxTids = 256;              // threads announced in one hello
+inline constexpr size_t kMaxFrameSize = 8192;      // one frame; a datagram may carry several
+inline constexpr size_t kMaxDatagramSize = 65507;  // largest UDP payload over IPv4
+inline constexpr size_t kMaxNameLength = 64;       // job and node names
+inline constexpr size_t kMaxTids = 256;            // threads announced in one hello
 inline constexpr size_t kSampleRecordSize = 16;
 inline constexpr size_t kMaxSamplesPerFrame = (kMaxFrameSize - kHeaderSize - 8) / kSampleRecordSize;
 
@@ -40,14 +40,15 @@ enum class MetricId : uint16_t {
   kSamplesPerSecond = 5,
   kLoss = 6,
   kAccuracy = 7,
-  kTopology = 8,          // value: trainer topology enum
-  kPinning = 9,           // value: trainer pinning enum
+  kTopology = 8,  // value: trainer topology enum
+  kPinning = 9,   // value: trainer pinning enum
   kConfigEpoch = 10,
   kAnonHugePagesBytes = 11,
-  kTelemetryDropped = 12, // samples the emitter dropped because its socket was full
-  kCheckpointActive = 13, // 1 while a checkpoint is being written
+  kTelemetryDropped = 12,  // samples the emitter dropped because its socket was full
+  kCheckpointActive = 13,  // 1 while a checkpoint is being written
   kStep = 14,
-  kControlRejected = 15,  // controller decisions rank 0 rejected (bad MAC, stale, replay...); reasons in its log
+  // Controller decisions rank 0 rejected (bad MAC, stale, replay...); reasons in its log.
+  kControlRejected = 15,
   kLast = kControlRejected,
 };
 
@@ -109,15 +110,16 @@ struct Control {
   X(kBadName, "bad_name")
 #define BPFTRAIN_ENUMERATOR(id, name) id,
 #define BPFTRAIN_DECODE_ERROR_NAME(id, name) {DecodeError::id, name},
+// One enumerator a line, as if the list were written out.
+// clang-format off
 enum class DecodeError : uint8_t {
   kNone = 0,
   BPFTRAIN_WIRE_DECODE_ERRORS(BPFTRAIN_ENUMERATOR)
   kCount,
 };
-inline constexpr auto kDecodeErrorNames = enumNames<DecodeError>({
-    {DecodeError::kNone, "none"},
-    BPFTRAIN_WIRE_DECODE_ERRORS(BPFTRAIN_DECODE_ERROR_NAME)
-});
+// clang-format on
+inline constexpr auto kDecodeErrorNames = enumNames<DecodeError>(
+    {{DecodeError::kNone, "none"}, BPFTRAIN_WIRE_DECODE_ERRORS(BPFTRAIN_DECODE_ERROR_NAME)});
 #undef BPFTRAIN_DECODE_ERROR_NAME
 static_assert(kDecodeErrorNames.size() == size_t(DecodeError::kCount));
 inline constexpr std::string_view decodeErrorName(DecodeError e) {
@@ -171,7 +173,10 @@ DecodeError decodeControl(const FrameView& frame, Control& out);
 bool isValidName(std::string_view s);
 
 // Little-endian helpers used by the format and by the collector's summary encoder.
-inline void putU16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
+inline void putU16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v);
+  p[1] = uint8_t(v >> 8);
+}
 inline void putU32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
 }
@@ -182,7 +187,9 @@ inline uint16_t getU16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); 
 inline uint32_t getU32(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
-inline uint64_t getU64(const uint8_t* p) { return uint64_t(getU32(p)) | uint64_t(getU32(p + 4)) << 32; }
+inline uint64_t getU64(const uint8_t* p) {
+  return uint64_t(getU32(p)) | uint64_t(getU32(p + 4)) << 32;
+}
 void putF64(uint8_t* p, double v);
 double getF64(const uint8_t* p);
 

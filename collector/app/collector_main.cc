@@ -216,9 +216,8 @@ int run(int argc, char** argv) {
   std::printf("bpftrain-collector: listening udp=%s metrics=%s threads=%d window=%" PRId64
               "ms step=%" PRId64 "ms\n",
               HostPort{cfg.listen.host, uint16_t(udp->port())}.str().c_str(),
-              HostPort{cfg.metrics.host, uint16_t(metrics->port())}.str().c_str(),
-              udp->threads(), int64_t(cfg.window.count() / 1'000'000),
-              int64_t(cfg.step.count() / 1'000'000));
+              HostPort{cfg.metrics.host, uint16_t(metrics->port())}.str().c_str(), udp->threads(),
+              int64_t(cfg.window.count() / 1'000'000), int64_t(cfg.step.count() / 1'000'000));
   std::fflush(stdout);
 
   const int64_t step_ns = cfg.step.count();

@@ -197,21 +197,28 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"cgroup",
        {false, true,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          if (v.empty() || access(v.c_str(), F_OK) != 0)
-            return "expected an existing cgroup directory, e.g. /sys/fs/cgroup/train.slice" +
-                   got(v);
-          c.cgroups.push_back(v);
-          return {};
-        }}},
+        [](CollectorConfig& c,
+           const std::string& v) -> std::
+                                     string {
+                                       if (v.empty() || access(v.c_str(), F_OK) != 0)
+                                         return "expected an existing cgroup directory, e.g. "
+                                                "/sys/fs/cgroup/train.slice" +
+                                                got(v);
+                                       c.cgroups.push_back(v);
+                                       return {};
+                                     }}},
       {"log_level",
        {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          auto l = parseLogLevel(v);
-          if (!l) return "expected " + kLogLevelNames.alternatives() + got(v);
-          c.log_level = *l;
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           auto l = parseLogLevel(v);
+                                                           if (!l)
+                                                             return "expected " +
+                                                                    kLogLevelNames.alternatives() +
+                                                                    got(v);
+                                                           c.log_level = *l;
+                                                           return {};
+                                                         }}},
   };
   return table;
 }
@@ -420,7 +427,8 @@ const char* collectorUsage() {
          "  --no-bpf               do not load BPF probes\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"
          "  --list-probes          show which probes attach on this machine, then exit\n"
-         "  --list-metrics         print every metric bpftrain exports (a markdown table), then exit\n"
+         "  --list-metrics         print every metric bpftrain exports (a markdown table), then "
+         "exit\n"
          "  --control[=act|advise] --policy rules|bandit --secret FILE   run the controller\n"
          "  --trainer HOST:PORT    trainer rank 0's control port (127.0.0.1:9472)\n"
          "  --job NAME             job to steer (default: the first job seen)\n"

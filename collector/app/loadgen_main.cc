@@ -343,9 +343,8 @@ int main(int argc, char** argv) {
   out["samples_per_second"] = took > 0 ? double(samples) / took : 0.0;
   nlohmann::json metrics = nlohmann::json::object();
   for (size_t m = 0; m < kMetricCount; ++m) {
-    std::string name =
-        o.statsd ? kMetrics[m].prom_name
-                 : std::string(bpftrain::wire::metricInfo(kMetrics[m].id).name);
+    std::string name = o.statsd ? kMetrics[m].prom_name
+                                : std::string(bpftrain::wire::metricInfo(kMetrics[m].id).name);
     metrics[name] = {{"count", sent_count[m]}, {"sum", sent_sum[m]}};
   }
   out["metrics"] = metrics;

@@ -27,8 +27,8 @@ void logf(LogLevel level, const char* component, const char* fmt, ...) {
   // One fprintf per line so concurrent threads do not interleave within a line.
   std::fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: %s\n", t.tm_year + 1900,
                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
-               long(now_ns % 1'000'000'000 / 1'000'000),
-               logLevelName(level).data(), component, msg);
+               long(now_ns % 1'000'000'000 / 1'000'000), logLevelName(level).data(), component,
+               msg);
 }
 
 }  // namespace bpftrain::collector::app

@@ -12,7 +12,8 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 
 MetricFamily family(const metrics::MetricDef& def) {
-  return MetricFamily{metrics::promName(def), std::string(def.help),
+  return MetricFamily{metrics::promName(def),
+                      std::string(def.help),
                       def.kind == metrics::Kind::kCounter ? MetricType::Counter : MetricType::Gauge,
                       {}};
 }
@@ -45,7 +46,8 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
   auto perValue = [&out](const metrics::MetricDef& def, const char* label, size_t first,
                          size_t count, auto value, auto name) {
     MetricFamily f = family(def);
-    for (size_t i = first; i < count; ++i) add(f, double(value(i)), {{label, std::string(name(i))}});
+    for (size_t i = first; i < count; ++i)
+      add(f, double(value(i)), {{label, std::string(name(i))}});
     out.push_back(std::move(f));
   };
   using ingest::DecodeReason, ingest::DropReason, ingest::Protocol;

@@ -184,8 +184,8 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     d.to = config_.arms[best];
     d.reason = "exploit";
     std::snprintf(buf, sizeof buf, "%s at %.1f samples/s beats %s at %.1f",
-                  armName(config_.arms[best]).c_str(), meanReward(best),
-                  armName(current).c_str(), meanReward(size_t(cur)));
+                  armName(config_.arms[best]).c_str(), meanReward(best), armName(current).c_str(),
+                  meanReward(size_t(cur)));
     d.detail = buf;
   }
   return d;

@@ -20,7 +20,7 @@ struct BanditConfig {
   // across hosts as halving-doubling; add it, or pinning arms, explicitly).
   std::vector<Arm> arms;
   double discount = 0.99;
-  double exploration = 0.2;   // UCB bonus scale, relative to the best arm's mean reward
+  double exploration = 0.2;  // UCB bonus scale, relative to the best arm's mean reward
   double budget_fraction = 0.05;
   // Tokens held at most, and at start. Routine re-visits of known arms wait for a full bank, so
   // that a phase change (or an untried arm) always finds bank - cost tokens to re-explore with.
@@ -29,8 +29,8 @@ struct BanditConfig {
   // change can be explored at once.
   double reserve_steps = 6;
   // Both in training steps (a training step longer than a window step stretches them).
-  int settle_steps = 1;  // readings ignored after a switch (the step still mixes configs)
-  int trial_steps = 2;   // readings per exploration visit, and the minimum stint
+  int settle_steps = 1;         // readings ignored after a switch (the step still mixes configs)
+  int trial_steps = 2;          // readings per exploration visit, and the minimum stint
   double switch_margin = 0.03;  // exploit a different arm only when it is this much better
   // Page-Hinkley on reward / stint mean: drift allowance and alarm threshold.
   double ph_delta = 0.10;
@@ -79,7 +79,7 @@ class BanditPolicy final : public Policy {
   int64_t last_now_ns_ = 0;
   bool ph_alarm_ = false;     // the last pageHinkley() call alarmed
   bool reexploring_ = false;  // a change was detected and untried arms remain
-  int per_step_ = 1;  // window steps per training step (>= 1)
+  int per_step_ = 1;          // window steps per training step (>= 1)
 };
 
 }  // namespace bpftrain::collector::controller

@@ -14,9 +14,8 @@
 
 namespace bpftrain::collector::controller {
 
-std::unique_ptr<ControlChannel> ControlChannel::open(const std::string& address,
-                                                     std::string secret, std::string job,
-                                                     std::string& error) {
+std::unique_ptr<ControlChannel> ControlChannel::open(const std::string& address, std::string secret,
+                                                     std::string job, std::string& error) {
   std::unique_ptr<ControlChannel> ch(new ControlChannel());
   // Resolved once: a decision must not wait for DNS at a step boundary.
   std::optional<SocketAddress> to =
@@ -24,8 +23,9 @@ std::unique_ptr<ControlChannel> ControlChannel::open(const std::string& address,
   if (!to) return nullptr;
   ch->to_ = *to;
   if (secret.empty()) {
-    error = "controller: the control secret is empty: write one to the --secret file "
-            "(e.g. head -c 32 /dev/urandom > FILE; chmod 600 FILE)";
+    error =
+        "controller: the control secret is empty: write one to the --secret file "
+        "(e.g. head -c 32 /dev/urandom > FILE; chmod 600 FILE)";
     return nullptr;
   }
   if (!wire::isValidName(job)) {
@@ -48,8 +48,8 @@ ControlChannel::~ControlChannel() {
   if (fd_ >= 0) close(fd_);
 }
 
-bool ControlChannel::send(uint64_t epoch, uint8_t topology, uint8_t pinning,
-                          uint64_t timestamp_ns, std::string& error) {
+bool ControlChannel::send(uint64_t epoch, uint8_t topology, uint8_t pinning, uint64_t timestamp_ns,
+                          std::string& error) {
   wire::Control c;
   c.job = job_;
   c.epoch = epoch;

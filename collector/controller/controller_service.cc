@@ -29,8 +29,9 @@ std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig co
     std::string secret = config.secret;
     if (secret.empty()) {
       if (config.secret_file.empty()) {
-        error = "controller: --control needs --secret FILE (the secret the trainer was given), "
-                "or --control=advise to only recommend";
+        error =
+            "controller: --control needs --secret FILE (the secret the trainer was given), "
+            "or --control=advise to only recommend";
         return nullptr;
       }
       std::optional<std::string> read = readSecretFile(config.secret_file, error);
@@ -112,8 +113,10 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
   // What the policy saw, every kFeaturesLogEvery steps: thresholds are calibrated from these.
   if (features_log_ && ++steps_seen_ % kFeaturesLogEvery == 0) {
-    nlohmann::json line = {{"job", f.job}, {"arm", armName(current)},
-                           {"features", featuresJson(f)}, {"wall_ns", realtimeNowNs()}};
+    nlohmann::json line = {{"job", f.job},
+                           {"arm", armName(current)},
+                           {"features", featuresJson(f)},
+                           {"wall_ns", realtimeNowNs()}};
     std::fprintf(features_log_, "%s\n", line.dump().c_str());
     std::fflush(features_log_);
   }
@@ -169,12 +172,12 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   }
   double decide_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  uint64_t epoch = std::max<uint64_t>(f.epoch_max < 0 ? 0 : uint64_t(f.epoch_max),
-                                      last_epoch_sent_) + 1;
+  uint64_t epoch =
+      std::max<uint64_t>(f.epoch_max < 0 ? 0 : uint64_t(f.epoch_max), last_epoch_sent_) + 1;
   ++stats_.decisions;
   std::string from = armName(current), to = armName(d.to);
-  count(metrics::kControllerDecisions,
-        {{"from", from}, {"to", to}, {"reason", d.reason}}, 1, now_ns);
+  count(metrics::kControllerDecisions, {{"from", from}, {"to", to}, {"reason", d.reason}}, 1,
+        now_ns);
   std::fprintf(stderr, "controller: %s %s -> %s (%.*s: %s)\n",
                config_.mode == ControlMode::kAdvise ? "advises" : "switches", from.c_str(),
                to.c_str(), int(d.reason.size()), d.reason.data(), d.detail.c_str());

@@ -32,7 +32,7 @@ struct ControllerConfig {
   std::string decisions_log;  // JSON lines, appended; empty: none
   // The features the policy saw, a JSON line every 2 s (threshold calibration); empty: none.
   std::string features_log;
-  int writer = 0;             // the series store writer index reserved for the controller
+  int writer = 0;  // the series store writer index reserved for the controller
   // A decision the trainer has not applied after this many steps is abandoned (logged and
   // counted in bpftrain_controller_abandoned_total); the policy then decides afresh.
   int max_retries = 20;

@@ -157,7 +157,8 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
   if (step_sum > 0) f.allreduce_share = std::clamp(allreduce_sum / step_sum, 0.0, 1.0);
   f.numa_local_faults_per_s = local_faults;
   f.numa_remote_faults_per_s = remote_faults;
-  if (local_faults + remote_faults > 0) f.remote_fault_share = remote_faults / (local_faults + remote_faults);
+  if (local_faults + remote_faults > 0)
+    f.remote_fault_share = remote_faults / (local_faults + remote_faults);
 
   // The numeric gauge is authoritative; topology_info (one series per value) is the fallback.
   if (!topologies.empty()) {
@@ -206,7 +207,8 @@ nlohmann::json featuresJson(const Features& f) {
   j["busbw_window"] = f.busbw_window;
   nlohmann::json by = nlohmann::json::object();
   for (int t = 0; t < kTopologyCount; ++t)
-    if (f.busbw_by_topology[t] > 0) by[std::string(topologyName(Topology(t)))] = f.busbw_by_topology[t];
+    if (f.busbw_by_topology[t] > 0)
+      by[std::string(topologyName(Topology(t)))] = f.busbw_by_topology[t];
   j["busbw_by_topology"] = by;
   j["has_transport"] = f.has_transport;
   j["queued_bytes_p99"] = f.queued_bytes_p99;

@@ -10,10 +10,13 @@ namespace {
 // sits on the same rung.
 int levelOf(Topology t) {
   switch (t) {
-    case Topology::kRing: return 0;
-    case Topology::kHierarchical: return 1;
+    case Topology::kRing:
+      return 0;
+    case Topology::kHierarchical:
+      return 1;
     case Topology::kHalvingDoubling:
-    case Topology::kBcube: return 2;
+    case Topology::kBcube:
+      return 2;
   }
   return 0;
 }
@@ -123,7 +126,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     clear_since_ns_ = now_ns;
   }
 
-  const bool dwell_ok = last_switch_ns_ < 0 || now_ns - last_switch_ns_ >= config_.min_dwell.count();
+  const bool dwell_ok =
+      last_switch_ns_ < 0 || now_ns - last_switch_ns_ >= config_.min_dwell.count();
   if (dwell_ok && congested_steps_ >= config_.escalate_steps) {
     d.change = true;
     d.to.topology = topologyAt(wanted);
@@ -150,8 +154,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // Pinning moves once, away from none; it rides along with a topology change or stands alone.
   if (current.pinning == PinMode::kNone && dwell_ok) {
     const double node_moves = f.migrations_per_s[int(MigrationScope::kNode)];
-    const double cpu_moves =
-        f.migrations_per_s[int(MigrationScope::kCpu)] + f.migrations_per_s[int(MigrationScope::kLlc)];
+    const double cpu_moves = f.migrations_per_s[int(MigrationScope::kCpu)] +
+                             f.migrations_per_s[int(MigrationScope::kLlc)];
     std::string pin_why;
     PinMode want = PinMode::kNone;
     // Enter at the thresholds; once the signal holds, stay until it falls under the release
@@ -161,12 +165,12 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
         (f.numa_remote_faults_per_s > 0 &&
          f.remote_fault_share >= k * config_.remote_fault_share)) {
       want = PinMode::kNuma;
-      pin_why = fmt("node migrations %.1f/s, remote fault share %.2f", node_moves,
-                    f.remote_fault_share);
+      pin_why =
+          fmt("node migrations %.1f/s, remote fault share %.2f", node_moves, f.remote_fault_share);
     } else if (cpu_moves >= k * config_.cpu_migrations_per_s) {
       want = PinMode::kCompact;
-      pin_why = fmt("cpu+llc migrations %.1f/s >= %.1f/s", cpu_moves,
-                    k * config_.cpu_migrations_per_s);
+      pin_why =
+          fmt("cpu+llc migrations %.1f/s >= %.1f/s", cpu_moves, k * config_.cpu_migrations_per_s);
     }
     pin_steps_ = want != PinMode::kNone ? pin_steps_ + 1 : 0;
     if (want == PinMode::kNone) {

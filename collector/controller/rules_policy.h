@@ -74,7 +74,8 @@ class RulesPolicy final : public Policy {
   int64_t clear_since_ns_ = -1;
   int64_t last_switch_ns_ = -1;
   double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)
-  int64_t cooldown_ns_ = -1;  // the current all-clear cooldown (config_.cooldown, doubled on failure)
+  int64_t cooldown_ns_ =
+      -1;  // the current all-clear cooldown (config_.cooldown, doubled on failure)
   int64_t last_descent_ns_ = -1;
 };
 

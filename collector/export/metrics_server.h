@@ -17,8 +17,8 @@ namespace bpftrain::collector::exporter {
 
 class MetricsServer {
  public:
-  // Binds HOST:PORT, [IPV6]:PORT or NAME:PORT (common/host_port.h). On failure returns null and sets
-  // `error` to one line naming the fix.
+  // Binds HOST:PORT, [IPV6]:PORT or NAME:PORT (common/host_port.h). On failure returns null and
+  // sets `error` to one line naming the fix.
   static std::unique_ptr<MetricsServer> start(const std::string& host_port, std::string& error,
                                               size_t threads = 2);
   ~MetricsServer();

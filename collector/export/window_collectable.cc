@@ -41,7 +41,8 @@ std::string helpFor(std::string_view name, SeriesKind kind) {
 }
 
 MetricFamily single(const metrics::MetricDef& def, double value) {
-  const MetricType type = def.kind == metrics::Kind::kCounter ? MetricType::Counter : MetricType::Gauge;
+  const MetricType type =
+      def.kind == metrics::Kind::kCounter ? MetricType::Counter : MetricType::Gauge;
   MetricFamily f{metrics::promName(def), std::string(def.help), type, {}};
   ClientMetric m;
   if (type == MetricType::Counter)

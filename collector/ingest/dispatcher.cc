@@ -162,9 +162,9 @@ void Dispatcher::recordInfo(SenderState& s, bool topology, double value, int64_t
   auto idFor = [&](int which) {
     if (ids[which] == kUnset) {
       SeriesId got =
-          topology
-              ? infoSeries(s, metrics::kTopologyInfo.name, "topology", topologyName(Topology(which)))
-              : infoSeries(s, metrics::kPinningInfo.name, "mode", pinModeName(PinMode(which)));
+          topology ? infoSeries(s, metrics::kTopologyInfo.name, "topology",
+                                topologyName(Topology(which)))
+                   : infoSeries(s, metrics::kPinningInfo.name, "mode", pinModeName(PinMode(which)));
       if (got == kRejectedSeries) return got;
       ids[which] = got;
     }

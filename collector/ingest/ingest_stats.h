@@ -76,7 +76,7 @@ struct alignas(64) IngestStats {
   std::atomic<uint64_t> samples[size_t(Protocol::kCount)]{};
   std::atomic<uint64_t> decode_errors[size_t(DecodeReason::kCount)]{};
   std::atomic<uint64_t> dropped[size_t(DropReason::kCount)]{};
-  std::atomic<uint64_t> frames_lost{};  // frames missing in per-sender sequences
+  std::atomic<uint64_t> frames_lost{};   // frames missing in per-sender sequences
   std::atomic<uint64_t> kernel_drops{};  // SO_RXQ_OVFL: datagrams the socket buffer refused
   std::atomic<uint64_t> datagrams{};
   std::atomic<uint64_t> bytes{};

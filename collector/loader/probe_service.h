@@ -21,13 +21,13 @@ struct ProbeOptions {
   std::vector<pid_t> pids;           // --pid (repeatable); job="manual", rank=pid's index
   std::vector<std::string> cgroups;  // --cgroup PATH (repeatable)
   // Tuning (the defaults are what the collector wants):
-  bool bpf_stats = true;                         // export probe run time (BPF_ENABLE_STATS)
-  uint64_t tcp_sample_interval_ns = 1'000'000;   // at most one queue-depth sample per socket per ms
-  uint64_t pmu_sample_period = 10'000;           // PMU events per BPF run (where a PMU exists)
+  bool bpf_stats = true;                        // export probe run time (BPF_ENABLE_STATS)
+  uint64_t tcp_sample_interval_ns = 1'000'000;  // at most one queue-depth sample per socket per ms
+  uint64_t pmu_sample_period = 10'000;          // PMU events per BPF run (where a PMU exists)
 };
 
 struct ProbeStatus {
-  std::string name;    // e.g. "migrations", "tlb_flush", "dtlb_misses"
+  std::string name;  // e.g. "migrations", "tlb_flush", "dtlb_misses"
   bool up = false;
   std::string reason;  // why not, in words a user can act on; empty when up
 };

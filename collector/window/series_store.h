@@ -83,7 +83,8 @@ class SeriesStore {
 
   // Finds or creates the series; labels need not be sorted. kRejectedSeries when the series
   // limit is reached or the labels exceed max_labels_per_series.
-  virtual SeriesId lookup(std::string_view name, std::span<const Label> labels, SeriesKind kind) = 0;
+  virtual SeriesId lookup(std::string_view name, std::span<const Label> labels,
+                          SeriesKind kind) = 0;
   // Adds one sample. `writer` in [0, config.writers). now_ns: CLOCK_MONOTONIC nanoseconds.
   virtual void record(int writer, SeriesId id, double value, int64_t now_ns) = 0;
 

@@ -1,8 +1,8 @@
 #include "tests/bpf/workloads.h"
 
 #include <arpa/inet.h>
-#include <linux/perf_event.h>
 #include <fcntl.h>
+#include <linux/perf_event.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>

@@ -67,7 +67,8 @@ TEST(MetricCatalogue, ReadmeTableIsTheCatalogue) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string readme = buffer.str();
-  constexpr std::string_view kBegin = "<!-- metrics-table:begin (tests/common/metric_catalogue_test.cc) -->\n";
+  constexpr std::string_view kBegin =
+      "<!-- metrics-table:begin (tests/common/metric_catalogue_test.cc) -->\n";
   constexpr std::string_view kEnd = "<!-- metrics-table:end -->";
   const size_t begin = readme.find(kBegin);
   const size_t end = readme.find(kEnd);
@@ -85,16 +86,19 @@ TEST(MetricCatalogue, ReadmeTableIsTheCatalogue) {
 // counter without _total, and accept what the catalogue declares.
 TEST(MetricCatalogue, ScrapeCheckFlagsWhatDisagrees) {
   using testing::catalogueMismatches;
-  EXPECT_TRUE(catalogueMismatches({{"bpftrain_migrations_total{job=\"j\",rank=\"0\",scope=\"cpu\"}", 1},
-                                   {"bpftrain_step_seconds{job=\"j\",quantile=\"0.5\",rank=\"0\"}", 1},
-                                   {"bpftrain_step_seconds_count{job=\"j\",rank=\"0\"}", 1},
-                                   {"bpftrain_collector_series", 3},
-                                   {"my_own_metric_total", 1}})
-                  .empty());
-  EXPECT_EQ(catalogueMismatches({{"bpftrain_migrations_total{job=\"j\",rank=\"0\"}", 1}}).size(), 1u);
-  EXPECT_EQ(catalogueMismatches({{"bpftrain_not_declared", 1}}).size(), 1u);
-  EXPECT_EQ(catalogueMismatches({{"bpftrain_migrations{job=\"j\",rank=\"0\",scope=\"cpu\"}", 1}}).size(),
+  EXPECT_TRUE(
+      catalogueMismatches({{"bpftrain_migrations_total{job=\"j\",rank=\"0\",scope=\"cpu\"}", 1},
+                           {"bpftrain_step_seconds{job=\"j\",quantile=\"0.5\",rank=\"0\"}", 1},
+                           {"bpftrain_step_seconds_count{job=\"j\",rank=\"0\"}", 1},
+                           {"bpftrain_collector_series", 3},
+                           {"my_own_metric_total", 1}})
+          .empty());
+  EXPECT_EQ(catalogueMismatches({{"bpftrain_migrations_total{job=\"j\",rank=\"0\"}", 1}}).size(),
             1u);
+  EXPECT_EQ(catalogueMismatches({{"bpftrain_not_declared", 1}}).size(), 1u);
+  EXPECT_EQ(
+      catalogueMismatches({{"bpftrain_migrations{job=\"j\",rank=\"0\",scope=\"cpu\"}", 1}}).size(),
+      1u);
   EXPECT_EQ(catalogueMismatches({{"bpftrain_loss_sum{job=\"j\",rank=\"0\"}", 1}}).size(), 1u);
 }
 

@@ -77,7 +77,8 @@ TEST(WireFormat, SamplesRoundTrip) {
   std::array<uint8_t, kMaxFrameSize> buf{};
   std::vector<SampleRecord> records;
   for (uint16_t i = 0; i < kMaxSamplesPerFrame; ++i)
-    records.push_back({MetricId(1 + i % uint16_t(MetricId::kLast)), SampleType::kGauge, 0, i, i * 0.5});
+    records.push_back(
+        {MetricId(1 + i % uint16_t(MetricId::kLast)), SampleType::kGauge, 0, i, i * 0.5});
   size_t n = encodeSamples(buf, 77, 3, 1000, records);
   ASSERT_GT(n, 0u);
   ASSERT_LE(n, kMaxFrameSize);

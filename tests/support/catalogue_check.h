@@ -25,7 +25,7 @@ inline std::set<std::string> labelNamesOf(const std::string& key) {
     names.insert(key.substr(i, eq - i));
     i = eq + 2;  // past ="
     while (i < key.size() && key[i] != '"') i += key[i] == '\\' ? 2 : 1;
-    i += 1;                              // closing quote
+    i += 1;  // closing quote
     if (i < key.size() && key[i] == ',') ++i;
   }
   return names;

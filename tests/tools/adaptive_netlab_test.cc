@@ -1,12 +1,12 @@
 // The closed loop in netlab (root, e2e): 4 ranks of bpftrain-train as 2 hosts x 2, adaptive,
 // steered by bpftrain-collector --control (ingest, windows, BPF probes, ControllerService) with
-// the rules policy and the BPF transport probes (RTT jitter). Intra-host TCP is throttled (TBF on lo in both hosts) 6 s in: the flat ring's
-// bus bandwidth collapses and the controller must have every rank on the hierarchical topology
-// (whose node stage uses shared memory) within the deadline; at the end every rank's parameter
-// hash is identical. The lab and every process are removed even when an assertion fails.
-#include <unistd.h>
-
+// the rules policy and the BPF transport probes (RTT jitter). Intra-host TCP is throttled (TBF on
+// lo in both hosts) 6 s in: the flat ring's bus bandwidth collapses and the controller must have
+// every rank on the hierarchical topology (whose node stage uses shared memory) within the
+// deadline; at the end every rank's parameter hash is identical. The lab and every process are
+// removed even when an assertion fails.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -38,7 +38,8 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
   BPFTRAIN_REQUIRE_TOOL("jq");
 
   std::random_device rd;
-  const std::string prefix = "nla" + std::to_string(getpid() % 100000) + "x" + std::to_string(rd() % 1000) + "-";
+  const std::string prefix =
+      "nla" + std::to_string(getpid() % 100000) + "x" + std::to_string(rd() % 1000) + "-";
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / (prefix + "adaptive");
   std::filesystem::create_directories(dir);
   struct Cleanup {
@@ -53,7 +54,8 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
 
   const std::string secret = dir / "secret";
   std::ofstream(secret) << "adaptive-netlab-test-secret-0123456789";
-  std::filesystem::permissions(secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   const std::string scenario = dir / "scenario.json";
   std::ofstream(scenario) << R"({"name": "lo-throttle", "hosts": 2, "phases": [
       {"at": 0, "name": "clear"},
@@ -64,13 +66,21 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
   // 127.0.0.1:9472 there), ranks placed h0,h0,h1,h1; 150 steps (~30-60 s here).
   const std::string script =
       "set -e; IFS=, read -ra NS <<<\"$NETLAB_NETNS\"; IFS=, read -ra AD <<<\"$NETLAB_ADDRS\"; "
-      "ip netns exec ${NS[0]} " + collector + " --listen ${AD[0]}:9556 --metrics 127.0.0.1:0 --control "
-      "--policy rules --trainer 127.0.0.1:9472 --secret " + secret + " --job e2e --decisions-log " +
-      decisions + " & c=$!; "
-      "ip netns exec ${NS[0]} " + sink + " ${AD[0]}:9555 --forward ${AD[0]}:9556 > " + telemetry +
+      "ip netns exec ${NS[0]} " +
+      collector +
+      " --listen ${AD[0]}:9556 --metrics 127.0.0.1:0 --control "
+      "--policy rules --trainer 127.0.0.1:9472 --secret " +
+      secret + " --job e2e --decisions-log " + decisions +
+      " & c=$!; "
+      "ip netns exec ${NS[0]} " +
+      sink + " ${AD[0]}:9555 --forward ${AD[0]}:9556 > " + telemetry +
       " & s=$!; trap 'kill $c $s 2>/dev/null; wait' EXIT; "
-      "timeout --signal=TERM 100 " + train + " --ranks 4 --netns ${NS[0]},${NS[0]},${NS[1]},${NS[1]} "
-      "--node-of 0,0,1,1 --topology ring --adaptive --secret " + secret + " --job e2e "
+      "timeout --signal=TERM 100 " +
+      train +
+      " --ranks 4 --netns ${NS[0]},${NS[0]},${NS[1]},${NS[1]} "
+      "--node-of 0,0,1,1 --topology ring --adaptive --secret " +
+      secret +
+      " --job e2e "
       "--collector ${AD[0]}:9555 --model mlp:1024x4 --steps 150 --eval-every 1000";
   CommandResult r = runCommand({netlabPath(), "run", "--scenario", scenario, "--phase-log", phases,
                                 "--prefix", prefix, "--", "bash", "-c", script},
@@ -108,7 +118,8 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
     std::ifstream in(decisions);
     log.assign(std::istreambuf_iterator<char>(in), {});
   }
-  ASSERT_GT(all_hier_ns, 0) << "never settled on hierarchical after the throttle; decisions:\n" << log;
+  ASSERT_GT(all_hier_ns, 0) << "never settled on hierarchical after the throttle; decisions:\n"
+                            << log;
   double after_s = double(all_hier_ns - throttled_ns) * 1e-9;
   std::printf("throttle -> every rank on hierarchical: %.2f s\n", after_s);
   EXPECT_LE(after_s, 10.0) << log;

@@ -2,10 +2,9 @@
 // transfer and lifting it restores the rate, `run` plays a scenario, passes the command's exit
 // status, and removes everything on exit and on SIGTERM; `down` leaves alone what netlab did not
 // create. Every test removes its lab in TearDown, so a failed assertion leaves nothing behind.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
@@ -34,12 +33,13 @@ class NetlabTest : public ::testing::Test {
     if (std::filesystem::exists("/run/bpftrain-netlab/" + prefix_))
       runCommand({netlabPath(), "down", "--prefix", prefix_});
     // Namespaces a test made by hand under the prefix (never netlab's: those are gone above).
-    for (const std::string& ns : namespacesWithPrefix(prefix_)) runCommand({"ip", "netns", "del", ns});
+    for (const std::string& ns : namespacesWithPrefix(prefix_))
+      runCommand({"ip", "netns", "del", ns});
     EXPECT_TRUE(namespacesWithPrefix(prefix_).empty());
   }
   std::string up(int hosts) {
-    CommandResult r = runCommand(
-        {netlabPath(), "up", "--hosts", std::to_string(hosts), "--prefix", prefix_, "--subnet", subnet_});
+    CommandResult r = runCommand({netlabPath(), "up", "--hosts", std::to_string(hosts), "--prefix",
+                                  prefix_, "--subnet", subnet_});
     EXPECT_EQ(r.status, 0) << r.out;
     return r.out;
   }
@@ -83,13 +83,14 @@ TEST_F(NetlabTest, TbfLimitsATcpTransferAndLiftingItRestoresTheRate) {
   CommandResult s = runCommand({netlabPath(), "shape", "--prefix", prefix_, "1", "uplink",
                                 std::to_string(limit_mbit) + "mbit"});
   ASSERT_EQ(s.status, 0) << s.out;
-  double up_shaped = tcpRateMbps(host(1), host(0), addr(0), 2.0);   // host1's egress
-  double down_shaped = tcpRateMbps(host(0), host(1), addr(1), 2.0); // into host1 (bridge side)
+  double up_shaped = tcpRateMbps(host(1), host(0), addr(0), 2.0);    // host1's egress
+  double down_shaped = tcpRateMbps(host(0), host(1), addr(1), 2.0);  // into host1 (bridge side)
   s = runCommand({netlabPath(), "shape", "--prefix", prefix_, "1", "uplink", "off"});
   ASSERT_EQ(s.status, 0) << s.out;
   double after = tcpRateMbps(host(1), host(0), addr(0), 1.0);
-  std::printf("tcp host1->host0: unshaped %.0f Mbit/s | tbf %d mbit: up %.0f, down %.0f | lifted %.0f\n",
-              before, limit_mbit, up_shaped, down_shaped, after);
+  std::printf(
+      "tcp host1->host0: unshaped %.0f Mbit/s | tbf %d mbit: up %.0f, down %.0f | lifted %.0f\n",
+      before, limit_mbit, up_shaped, down_shaped, after);
   EXPECT_LE(up_shaped, limit_mbit * 1.10);
   EXPECT_GE(up_shaped, limit_mbit * 0.5);
   EXPECT_LE(down_shaped, limit_mbit * 1.10);
@@ -139,9 +140,9 @@ TEST_F(NetlabTest, RunPlaysTheScenarioAndCleansUpOnSigterm) {
 
 TEST_F(NetlabTest, RunReturnsTheCommandsExitStatusAndCleansUp) {
   BPFTRAIN_REQUIRE_TOOL("jq");
-  CommandResult r = runCommand(
-      {netlabPath(), "run", "--hosts", "2", "--prefix", prefix_, "--", "bash", "-c",
-       "ip netns exec ${NETLAB_NETNS%%,*} ip -br addr show $NETLAB_IFACE && exit 7"});
+  CommandResult r =
+      runCommand({netlabPath(), "run", "--hosts", "2", "--prefix", prefix_, "--", "bash", "-c",
+                  "ip netns exec ${NETLAB_NETNS%%,*} ip -br addr show $NETLAB_IFACE && exit 7"});
   EXPECT_EQ(r.status, 7) << r.out;
   EXPECT_NE(r.out.find(subnet_.substr(0, 3)), std::string::npos) << r.out;
   EXPECT_TRUE(namespacesWithPrefix(prefix_).empty());

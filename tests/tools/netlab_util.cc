@@ -247,8 +247,8 @@ bool tcpEcho(const std::string& from, const std::string& to, const std::string& 
       int s = enterNetns(from) ? connectTo(to_addr, port) : -1;
       if (s < 0) return;
       char b = 'e', r = 0;
-      if (write(s, &b, 1) == 1 &&
-          waitReadable(s, Clock::now() + std::chrono::seconds(5)) && read(s, &r, 1) == 1)
+      if (write(s, &b, 1) == 1 && waitReadable(s, Clock::now() + std::chrono::seconds(5)) &&
+          read(s, &r, 1) == 1)
         ok = r == 'e';
       close(s);
     });

@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   int rcvbuf = 8 << 20;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf);
   if (bind(fd, a->get(), a->length) != 0) {
-    std::fprintf(stderr, "netlab-telemetry-sink: bind %s: %s\n", addr.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "netlab-telemetry-sink: bind %s: %s\n", addr.c_str(),
+                 std::strerror(errno));
     return 1;
   }
   std::printf("{\"listening\": %u}\n", bpftrain::boundAddress(fd).value_or(*a).port());
@@ -76,8 +77,7 @@ int main(int argc, char** argv) {
     ssize_t n = recv(fd, buf.data(), buf.size(), 0);
     if (n <= 0) continue;
     uint64_t now = bpftrain::realtimeNowNs();
-    if (fwd_fd >= 0)
-      sendto(fwd_fd, buf.data(), size_t(n), MSG_DONTWAIT, fwd->get(), fwd->length);
+    if (fwd_fd >= 0) sendto(fwd_fd, buf.data(), size_t(n), MSG_DONTWAIT, fwd->get(), fwd->length);
     std::span<const uint8_t> d(buf.data(), size_t(n));
     FrameView f;
     while (!d.empty() && nextFrame(d, f) == DecodeError::kNone) {
@@ -91,21 +91,41 @@ int main(int argc, char** argv) {
       if (it == rank_of.end()) continue;
       SamplesView s;
       if (decodeSamples(f, s) != DecodeError::kNone) continue;
-      std::string line = "{\"wall_ns\": " + std::to_string(now) + ", \"rank\": " + std::to_string(it->second);
+      std::string line =
+          "{\"wall_ns\": " + std::to_string(now) + ", \"rank\": " + std::to_string(it->second);
       for (size_t i = 0; i < s.size(); ++i) {
         SampleRecord r = s[i];
         const char* key = nullptr;
         switch (r.metric) {
-          case MetricId::kStep: key = "step"; break;
-          case MetricId::kSamplesPerSecond: key = "samples_per_s"; break;
-          case MetricId::kTopology: key = "topology"; break;
-          case MetricId::kPinning: key = "pinning"; break;
-          case MetricId::kConfigEpoch: key = "epoch"; break;
-          case MetricId::kStepSeconds: key = "step_s"; break;
-          case MetricId::kAllreduceSeconds: key = "allreduce_s"; break;
-          case MetricId::kAllreduceBusbwBytesPerSecond: key = "busbw"; break;
-          case MetricId::kCheckpointActive: key = "checkpoint"; break;
-          default: break;
+          case MetricId::kStep:
+            key = "step";
+            break;
+          case MetricId::kSamplesPerSecond:
+            key = "samples_per_s";
+            break;
+          case MetricId::kTopology:
+            key = "topology";
+            break;
+          case MetricId::kPinning:
+            key = "pinning";
+            break;
+          case MetricId::kConfigEpoch:
+            key = "epoch";
+            break;
+          case MetricId::kStepSeconds:
+            key = "step_s";
+            break;
+          case MetricId::kAllreduceSeconds:
+            key = "allreduce_s";
+            break;
+          case MetricId::kAllreduceBusbwBytesPerSecond:
+            key = "busbw";
+            break;
+          case MetricId::kCheckpointActive:
+            key = "checkpoint";
+            break;
+          default:
+            break;
         }
         if (key == nullptr || !std::isfinite(r.value)) continue;
         char v[64];

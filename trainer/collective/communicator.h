@@ -19,13 +19,14 @@ struct CommOptions {
   int world = 1;
   // Rendezvous: a directory (file store, one host or a shared filesystem) or redis HOST:PORT.
   std::string store;
-  std::string prefix = "bpftrain";   // store key prefix, so several jobs can share a store
+  std::string prefix = "bpftrain";  // store key prefix, so several jobs can share a store
   // Address or interface this rank's transport binds to (a netns IP in netlab); empty: 127.0.0.1.
   std::string bind_address;
   // node_of[r] = node index of rank r (for hierarchical); empty: every rank on its own node.
   std::vector<int> node_of;
   std::chrono::milliseconds timeout = std::chrono::seconds(30);  // rendezvous and dead peers
-  size_t max_elements = 0;  // largest allreduce, so buffers are sized (and pairs' send buffers) up front
+  size_t max_elements =
+      0;  // largest allreduce, so buffers are sized (and pairs' send buffers) up front
   // Hierarchical: ranks of one node reduce through POSIX shared memory when they can all map it
   // (else TCP, logged once and reported by nodeStage()).
   bool shared_memory = true;

@@ -47,7 +47,7 @@ bool ControlReceiver::poll(ConfigWord& decision, uint64_t& arrival_ns) {
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     ssize_t n = recvmsg(fd_, &msg, MSG_DONTWAIT);
-    if (n < 0) break;  // EAGAIN: drained
+    if (n < 0) break;               // EAGAIN: drained
     uint64_t at = realtimeNowNs();  // unless the kernel stamped the arrival
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {

@@ -18,7 +18,7 @@ constexpr int64_t kStepNs = 500'000'000;
 struct Env {
   std::mt19937 rng{11};
   double noise = 0.05;
-  double step_s = 0.2;  // training step time the features report
+  double step_s = 0.2;                        // training step time the features report
   std::function<double(Topology, int)> mean;  // (arm, step) -> samples/s
   double sample(Topology t, int step) {
     std::uniform_real_distribution<double> u(-noise, noise);
@@ -61,10 +61,14 @@ TEST(BanditPolicy, ConvergesToTheBestArmOnAStationaryStream) {
   Env env;
   env.mean = [](Topology t, int) {
     switch (t) {
-      case Topology::kRing: return 1000.0;
-      case Topology::kHierarchical: return 1300.0;
-      case Topology::kHalvingDoubling: return 1100.0;
-      case Topology::kBcube: return 1050.0;
+      case Topology::kRing:
+        return 1000.0;
+      case Topology::kHierarchical:
+        return 1300.0;
+      case Topology::kHalvingDoubling:
+        return 1100.0;
+      case Topology::kBcube:
+        return 1050.0;
     }
     return 0.0;
   };
@@ -115,10 +119,14 @@ TEST(BanditPolicy, ReExploresAndFindsTheNewBestArmAfterAPhaseChange) {
   env.mean = [&](Topology t, int step) {
     bool congested = step >= kChange;
     switch (t) {
-      case Topology::kRing: return congested ? 600.0 : 1300.0;
-      case Topology::kHierarchical: return congested ? 1100.0 : 1150.0;
-      case Topology::kHalvingDoubling: return congested ? 800.0 : 1100.0;
-      case Topology::kBcube: return congested ? 780.0 : 1050.0;
+      case Topology::kRing:
+        return congested ? 600.0 : 1300.0;
+      case Topology::kHierarchical:
+        return congested ? 1100.0 : 1150.0;
+      case Topology::kHalvingDoubling:
+        return congested ? 800.0 : 1100.0;
+      case Topology::kBcube:
+        return congested ? 780.0 : 1050.0;
     }
     return 0.0;
   };

@@ -152,9 +152,9 @@ TEST_F(ControllerServiceTest, SendsASignedDecisionAndRetriesUntilEveryRankApplie
   EXPECT_EQ(svc->stats().applied, 1u);
   EXPECT_EQ(svc->stats().sends, 3u);
 
-  EXPECT_EQ(store_.ownTotal("bpftrain_controller_decisions", {{"from", "ring/none"},
-                                                              {"to", "hierarchical/none"},
-                                                              {"reason", "congestion"}}),
+  EXPECT_EQ(store_.ownTotal(
+                "bpftrain_controller_decisions",
+                {{"from", "ring/none"}, {"to", "hierarchical/none"}, {"reason", "congestion"}}),
             1);
   EXPECT_EQ(store_.ownTotal("bpftrain_controller_sends", {{"result", "ok"}}), 3);
   EXPECT_EQ(store_.ownTotal("bpftrain_controller_apply_seconds"), 1);  // one latency sample

@@ -26,15 +26,21 @@ TEST(Features, ExtractsEverySignalForTheJob) {
   s.push_back(dist("bpftrain_step_seconds", jr("j", 3), 0.3, 0.5, 10, 3.0));
   s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 4));
   s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "1"}, {"scope", "cpu"}}, 6));
-  s.push_back(counter("bpftrain_migrations_total", {{"job", "j"}, {"rank", "1"}, {"scope", "node"}}, 2));
-  s.push_back(counter("bpftrain_numa_hint_faults", {{"job", "j"}, {"locality", "remote"}, {"rank", "0"}}, 30));
-  s.push_back(counter("bpftrain_numa_hint_faults", {{"job", "j"}, {"locality", "local"}, {"rank", "0"}}, 70));
-  s.push_back(counter("bpftrain_page_migrations", {{"job", "j"}, {"rank", "0"}, {"reason", "numa_misplaced"}}, 5));
-  s.push_back(counter("bpftrain_tlb_flushes", {{"job", "j"}, {"rank", "0"}, {"reason", "remote_shootdown"}}, 11));
+  s.push_back(
+      counter("bpftrain_migrations_total", {{"job", "j"}, {"rank", "1"}, {"scope", "node"}}, 2));
+  s.push_back(counter("bpftrain_numa_hint_faults",
+                      {{"job", "j"}, {"locality", "remote"}, {"rank", "0"}}, 30));
+  s.push_back(counter("bpftrain_numa_hint_faults",
+                      {{"job", "j"}, {"locality", "local"}, {"rank", "0"}}, 70));
+  s.push_back(counter("bpftrain_page_migrations",
+                      {{"job", "j"}, {"rank", "0"}, {"reason", "numa_misplaced"}}, 5));
+  s.push_back(counter("bpftrain_tlb_flushes",
+                      {{"job", "j"}, {"rank", "0"}, {"reason", "remote_shootdown"}}, 11));
   s.push_back(counter("bpftrain_transport_retransmits", jr("j", 0), 1.5));
   // Another job's series must not leak in.
   s.push_back(dist("bpftrain_step_seconds", jr("other", 0), 9, 9));
-  s.push_back(counter("bpftrain_migrations", {{"job", "other"}, {"rank", "0"}, {"scope", "cpu"}}, 1000));
+  s.push_back(
+      counter("bpftrain_migrations", {{"job", "other"}, {"rank", "0"}, {"scope", "cpu"}}, 1000));
 
   Features f = extractFeatures(s, "j", 42, nullptr);
   EXPECT_TRUE(f.has_steps);
@@ -100,9 +106,11 @@ TEST(Features, StaleGaugesAreIgnored) {
 
 TEST(Features, TopologyInfoIsTheFallbackAndHostSeriesCount) {
   std::vector<SeriesSnapshot> s = {dist("bpftrain_step_seconds", jr("j", 0), 0.1, 0.1)};
-  SeriesSnapshot old_t = gauge("bpftrain_topology_info", {{"job", "j"}, {"rank", "0"}, {"topology", "ring"}}, 1);
+  SeriesSnapshot old_t =
+      gauge("bpftrain_topology_info", {{"job", "j"}, {"rank", "0"}, {"topology", "ring"}}, 1);
   old_t.last_update_ns = 10;
-  SeriesSnapshot new_t = gauge("bpftrain_topology_info", {{"job", "j"}, {"rank", "0"}, {"topology", "bcube"}}, 1);
+  SeriesSnapshot new_t =
+      gauge("bpftrain_topology_info", {{"job", "j"}, {"rank", "0"}, {"topology", "bcube"}}, 1);
   new_t.last_update_ns = 20;
   s.push_back(old_t);
   s.push_back(new_t);

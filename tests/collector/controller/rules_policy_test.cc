@@ -43,9 +43,10 @@ std::vector<Switch> runOnArm(RulesPolicy& p, double seconds,
 }
 
 // The same for signals that do not depend on the topology.
-std::vector<Switch> run(RulesPolicy& p, double seconds, const std::function<JobState(double)>& state,
-                        Arm start = {}) {
-  return runOnArm(p, seconds, [&](double t, const Arm&) { return state(t); }, start);
+std::vector<Switch> run(RulesPolicy& p, double seconds,
+                        const std::function<JobState(double)>& state, Arm start = {}) {
+  return runOnArm(
+      p, seconds, [&](double t, const Arm&) { return state(t); }, start);
 }
 
 // Levels as the TCP probes measured them on netlab (see RulesConfig).
@@ -105,7 +106,7 @@ TEST(RulesPolicy, StepsBackDownWhenTheHigherRungNeverReachesTheRingsBandwidth) {
 TEST(RulesPolicy, FailedStepsDownBackOff) {
   RulesPolicy p;
   std::vector<double> descents;
-  for (const Switch& sw : runOnArm(p, 200, [](double t, const Arm& a) {
+  for (const Switch& sw : runOnArm(p, 200, [](double t, const Arm&a) {
          const bool congested_link = t >= 10;  // never lifts
          return congested_link && a.topology == Topology::kRing ? congested() : clear();
        }))
@@ -211,7 +212,8 @@ TEST(RulesPolicy, PinsFromMigrationAndCrossNodeSignals) {
   // 8 s: the signal must hold for pin_sustain (5 s) first.
   for (int i = 0; i < 16; ++i) {
     std::vector<SeriesSnapshot> s = snapshotsOf(clear());
-    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "node"}}, 5));
+    s.push_back(
+        counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "node"}}, 5));
     Decision d = p.decide(ex.update(s, i * kStepNs), cur, i * kStepNs);
     if (d.change) {
       ds.push_back(d);
@@ -228,7 +230,8 @@ TEST(RulesPolicy, PinsFromMigrationAndCrossNodeSignals) {
   Decision last;
   for (int i = 0; i < 16; ++i) {
     std::vector<SeriesSnapshot> s = snapshotsOf(clear());
-    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 300));
+    s.push_back(
+        counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 300));
     Decision d = q.decide(ex.update(s, i * kStepNs), cur2, i * kStepNs);
     if (d.change) last = d;
   }

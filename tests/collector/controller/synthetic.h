@@ -17,8 +17,9 @@ namespace bpftrain::collector::controller::testing {
 using window::SeriesKind;
 using window::SeriesSnapshot;
 
-inline SeriesSnapshot gauge(std::string name, std::vector<std::pair<std::string, std::string>> labels,
-                            double last, uint64_t count = 5) {
+inline SeriesSnapshot gauge(std::string name,
+                            std::vector<std::pair<std::string, std::string>> labels, double last,
+                            uint64_t count = 5) {
   SeriesSnapshot s;
   s.name = std::move(name);
   s.labels = std::move(labels);
@@ -44,8 +45,9 @@ inline SeriesSnapshot counter(std::string name,
   return s;
 }
 
-inline SeriesSnapshot dist(std::string name, std::vector<std::pair<std::string, std::string>> labels,
-                           double p50, double p99, uint64_t count = 10, double sum = -1) {
+inline SeriesSnapshot dist(std::string name,
+                           std::vector<std::pair<std::string, std::string>> labels, double p50,
+                           double p99, uint64_t count = 10, double sum = -1) {
   SeriesSnapshot s;
   s.name = std::move(name);
   s.labels = std::move(labels);
@@ -84,7 +86,8 @@ inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
   std::vector<SeriesSnapshot> v;
   for (int r = 0; r < j.ranks; ++r) {
     v.push_back(dist("bpftrain_step_seconds", jr(j.job, r), j.step_s, j.step_s * 1.2));
-    v.push_back(dist("bpftrain_allreduce_seconds", jr(j.job, r), j.allreduce_s, j.allreduce_s * 1.2));
+    v.push_back(
+        dist("bpftrain_allreduce_seconds", jr(j.job, r), j.allreduce_s, j.allreduce_s * 1.2));
     v.push_back(gauge("bpftrain_samples_per_second", jr(j.job, r), j.samples_per_s_per_rank));
     v.push_back(gauge("bpftrain_allreduce_busbw_bytes_per_second", jr(j.job, r), j.busbw));
     v.push_back(gauge("bpftrain_topology", jr(j.job, r), j.topology));
@@ -94,7 +97,8 @@ inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
     if (j.has_transport) {
       auto l = jr(j.job, r);
       l.push_back({"transport", "tcp"});
-      v.push_back(dist("bpftrain_transport_queued_bytes", l, j.queued_bytes_p50, j.queued_bytes_p99));
+      v.push_back(
+          dist("bpftrain_transport_queued_bytes", l, j.queued_bytes_p50, j.queued_bytes_p99));
       v.push_back(dist("bpftrain_transport_rtt_seconds", jr(j.job, r), j.rtt_p50, j.rtt_p99));
     }
   }

@@ -22,11 +22,16 @@ int main(int argc, char** argv) {
   int reps = 3;
   const char* label = "mpi";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--min")) min_bytes = strtoull(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--max")) max_bytes = strtoull(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--seconds")) target = atof(argv[i + 1]);
-    else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--label")) label = argv[i + 1];
+    if (!strcmp(argv[i], "--min"))
+      min_bytes = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--max"))
+      max_bytes = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--seconds"))
+      target = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--reps"))
+      reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--label"))
+      label = argv[i + 1];
   }
   float* buf = calloc(max_bytes / sizeof(float), sizeof(float)); /* zeros: sums stay finite */
   double* samples = calloc((size_t)reps, sizeof(double));
@@ -53,10 +58,11 @@ int main(int argc, char** argv) {
     MPI_Reduce(&median, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
       double sec = sum / world;
-      printf("RESULT ranks=%d topology=%s bytes=%zu iters=%d seconds=%.9f algbw_gbit=%.3f "
-             "busbw_gbit=%.3f\n",
-             world, label, bytes, iters, sec, bytes / sec * 8e-9,
-             bytes / sec * 2.0 * (world - 1) / world * 8e-9);
+      printf(
+          "RESULT ranks=%d topology=%s bytes=%zu iters=%d seconds=%.9f algbw_gbit=%.3f "
+          "busbw_gbit=%.3f\n",
+          world, label, bytes, iters, sec, bytes / sec * 8e-9,
+          bytes / sec * 2.0 * (world - 1) / world * 8e-9);
       fflush(stdout);
     }
   }
