@@ -27,6 +27,7 @@
 #include "common/clock.h"
 #include "tests/bpf/workloads.h"
 #include "tests/support/loopback.h"
+#include "tests/support/requirements.h"
 
 namespace bpftrain::collector::loader {
 namespace {
@@ -48,7 +49,7 @@ bool matches(const window::SeriesSnapshot& s, const std::string& name, const Lab
 class ProbeServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root (CAP_BPF + CAP_PERFMON) to load BPF programs";
+    BPFTRAIN_REQUIRE_ROOT("CAP_BPF + CAP_PERFMON to load BPF programs");
     window::WindowConfig config;
     config.window = 60s;  // nothing leaves the window during a test
     config.step = 1s;
@@ -186,7 +187,8 @@ struct TestCgroup {
 TEST_F(ProbeServiceTest, CgroupTargetCountsItsProcesses) {
   constexpr int64_t kPages = 2000;
   TestCgroup cgroup;  // outlives the child: rmdir needs it gone
-  if (cgroup.path.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy mounted (see /proc/mounts)";
+  if (cgroup.path.empty())
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("no cgroup v2 hierarchy mounted (see /proc/mounts)");
   Child member([] {}, [] { return tests::bpf::touchFreshPages(kPages); });
   ASSERT_TRUE(member.ready(5s));
   ASSERT_TRUE(cgroup.add(member.pid()));
@@ -215,7 +217,7 @@ TEST_F(ProbeServiceTest, HugePageRegionCountsThpFaults) {
   std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode((std::istreambuf_iterator<char>(mode_file)), {});
   if (mode.find("[never]") != std::string::npos || mode.empty())
-    GTEST_SKIP() << "transparent huge pages disabled on this kernel: " << mode;
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("transparent huge pages disabled on this kernel: " << mode);
   Child target([] {}, [] { return tests::bpf::touchHugePages(8); });
   std::optional<int64_t> given = runAsOnlyTarget(target, 20s);
   ASSERT_TRUE(given);

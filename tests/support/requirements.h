@@ -27,7 +27,7 @@ inline bool haveTool(const std::string& tool) {
     const size_t colon = dirs.find(':');
     std::string dir(dirs.substr(0, colon));
     dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
-    if (dir.empty()) dir = ".";
+    if (dir.empty()) dir.assign(1, '.');  // an empty PATH entry is the current directory
     if (::access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
   }
   return false;

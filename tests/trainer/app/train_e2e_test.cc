@@ -21,6 +21,7 @@
 #include "common/wire_format.h"
 #include "tests/support/child_process.h"
 #include "tests/support/loopback.h"
+#include "tests/support/requirements.h"
 #include "tests/support/signed_control.h"
 #include "tests/support/temp_dir.h"
 
@@ -551,7 +552,7 @@ class NamespacePair {
 };
 
 TEST(TrainE2E, LauncherPlacesRanksInNetworkNamespaces) {
-  if (geteuid() != 0) GTEST_SKIP() << "creating network namespaces needs root";
+  BPFTRAIN_REQUIRE_ROOT("creating network namespaces");
   NamespacePair ns;
   ASSERT_TRUE(ns.ok()) << "ip netns/veth setup failed";
   ChildProcess p(cmd({"--ranks", "2", "--netns", ns.a() + "," + ns.b(), "--steps", "100",
@@ -567,7 +568,7 @@ TEST(TrainE2E, LauncherPlacesRanksInNetworkNamespaces) {
 }
 
 TEST(TrainE2E, MissingNamespaceNamesTheFix) {
-  if (geteuid() != 0) GTEST_SKIP() << "entering network namespaces needs root";
+  BPFTRAIN_REQUIRE_ROOT("entering network namespaces");
   ChildProcess p(cmd({"--ranks", "2", "--netns", "bttr-none-a,bttr-none-b", "--steps", "10",
                       "--collector", "none"}));
   EXPECT_EQ(p.exitCode(60s), 1);
