@@ -11,6 +11,10 @@ constexpr std::array kAll = {BPFTRAIN_METRICS(BPFTRAIN_METRIC_ADDRESS)};
 
 constexpr std::string_view kTotal = "_total";
 
+}  // namespace
+
+std::span<const MetricDef* const> all() { return kAll; }
+
 std::string_view kindName(Kind kind) {
   switch (kind) {
     case Kind::kCounter:
@@ -22,10 +26,6 @@ std::string_view kindName(Kind kind) {
   }
   return "";
 }
-
-}  // namespace
-
-std::span<const MetricDef* const> all() { return kAll; }
 
 const MetricDef* find(std::string_view name) {
   if (name.size() > kTotal.size() && name.substr(name.size() - kTotal.size()) == kTotal)

@@ -194,6 +194,9 @@ std::span<const MetricDef* const> all();
 // The metric with this stored or exported (`_total`) name; nullptr for a user's own metric.
 const MetricDef* find(std::string_view name);
 
+// "counter", "gauge" or "summary": the Prometheus type a kind is exported as.
+std::string_view kindName(Kind kind);
+
 // The Prometheus name: counters end in `_total`.
 std::string promName(const MetricDef& def);
 

@@ -42,22 +42,18 @@ std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig co
     s->channel_ = ControlChannel::open(config.trainer_address, std::move(secret), job, error);
     if (!s->channel_) return nullptr;
   }
-  if (!config.decisions_log.empty()) {
-    s->log_ = std::fopen(config.decisions_log.c_str(), "a");
-    if (s->log_ == nullptr) {
-      error = "controller: cannot open decisions log '" + config.decisions_log +
+  // Both logs are JSON lines appended to a file the user named; none when the path is empty.
+  auto openLog = [&error](const std::string& path, const char* what, std::FILE*& out) {
+    if (path.empty()) return true;
+    out = std::fopen(path.c_str(), "a");
+    if (out == nullptr)
+      error = std::string("controller: cannot open ") + what + " '" + path +
               "': " + std::strerror(errno) + " (choose a writable path)";
-      return nullptr;
-    }
-  }
-  if (!config.features_log.empty()) {
-    s->features_log_ = std::fopen(config.features_log.c_str(), "a");
-    if (s->features_log_ == nullptr) {
-      error = "controller: cannot open features log '" + config.features_log +
-              "': " + std::strerror(errno) + " (choose a writable path)";
-      return nullptr;
-    }
-  }
+    return out != nullptr;
+  };
+  if (!openLog(config.decisions_log, "decisions log", s->log_) ||
+      !openLog(config.features_log, "features log", s->features_log_))
+    return nullptr;
   if (!config.job.empty()) s->extractor_ = std::make_unique<FeatureExtractor>(config.job);
   s->policy_ = std::move(policy);
   s->metrics_ = metrics;

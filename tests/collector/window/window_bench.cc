@@ -28,18 +28,6 @@ struct Args {
   int writers = 2;
 };
 
-const char* kindName(SeriesKind k) {
-  switch (k) {
-    case SeriesKind::kCounter:
-      return "counter";
-    case SeriesKind::kGauge:
-      return "gauge";
-    case SeriesKind::kDistribution:
-      return "distribution";
-  }
-  return "?";
-}
-
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -140,7 +128,7 @@ int run(const Args& args) {
     }
     std::sort(snap_ms.begin(), snap_ms.end());
     std::sort(visit_ms.begin(), visit_ms.end());
-    std::printf("%-13s %14.2f %14.2f %14.0f %12.2f %12.2f\n", kindName(kind),
+    std::printf("%-13s %14.2f %14.2f %14.0f %12.2f %12.2f\n", metrics::kindName(kind).data(),
                 double(created) * per10k / (1 << 20), double(full) * per10k / (1 << 20),
                 double(full) / args.series, snap_ms[2] * per10k, visit_ms[2] * per10k);
   }
@@ -190,8 +178,8 @@ int run(const Args& args) {
           for (long i = 0; i < n; ++i) plain.record(series(t, i), values[size_t(i) & 4095]);
         });
         char label[64];
-        std::snprintf(label, sizeof label, "%s, %d thread%s, %s", kindName(kind), threads,
-                      threads > 1 ? "s" : "", spread ? "random series" : "one series");
+        std::snprintf(label, sizeof label, "%s, %d thread%s, %s", metrics::kindName(kind).data(),
+                      threads, threads > 1 ? "s" : "", spread ? "random series" : "one series");
         std::printf("%-34s %10.1f %14.1f %7.2fx %12.1f\n", label, ours, mutex, mutex / ours, floor);
       }
     }
