@@ -28,21 +28,6 @@ std::vector<std::string> rankArgs(const std::vector<std::string>& args) {
   return out;
 }
 
-// NCCL picks its own allreduce algorithm (ring, tree, NVLS) and the NCCL communicator ignores the
-// topology it is given, so asking it for one, or for a controller to switch it, would be a
-// setting that silently does nothing. Steering NCCL goes through its tuner plugin (issue 12).
-std::string ncclConflict(const bpftrain::trainer::app::Options& o) {
-  if (o.backend != "nccl") return "";
-  const std::string why =
-      " needs --backend gloo: NCCL chooses its own allreduce algorithm, so there is no topology "
-      "to set or switch";
-  if (o.adaptive) return "--adaptive" + why;
-  if (o.switch_every > 0) return "--switch-every" + why;
-  if (o.topology != bpftrain::Topology::kRing)
-    return "--topology " + std::string(bpftrain::topologyName(o.topology)) + why;
-  return "";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,10 +41,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::fprintf(stderr, "bpftrain-train: %s\n", error.c_str());
-    return 2;
-  }
-  if (std::string conflict = ncclConflict(*options); !conflict.empty()) {
-    std::fprintf(stderr, "bpftrain-train: %s\n", conflict.c_str());
     return 2;
   }
   if (options->ranks > 0) {

@@ -307,6 +307,18 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
   }
   if (o.adaptive && o.secret_file.empty())
     return fail("--adaptive needs --secret FILE (the controller's shared HMAC key, mode 0600)");
+  // NCCL picks its own allreduce algorithm (ring, tree, NVLS) and the NCCL communicator ignores
+  // the topology it is given, so asking it for one, or for a controller to switch it, would be a
+  // setting that silently does nothing. Steering NCCL goes through its tuner plugin.
+  if (o.backend == "nccl") {
+    const std::string why =
+        " needs --backend gloo: NCCL chooses its own allreduce algorithm, so there is no "
+        "topology to set or switch";
+    if (o.adaptive) return fail("--adaptive" + why);
+    if (o.switch_every > 0) return fail("--switch-every" + why);
+    if (o.topology != Topology::kRing)
+      return fail("--topology " + std::string(topologyName(o.topology)) + why);
+  }
   if (o.resume && o.checkpoint_dir.empty()) return fail("--resume needs --checkpoint DIR");
   if (!o.checkpoint_dir.empty() && o.checkpoint_every == 0) o.checkpoint_every = 100;
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())

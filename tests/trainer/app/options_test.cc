@@ -166,6 +166,10 @@ TEST(Options, RejectsBadCombinationsWithOneLine) {
       {"--backend", "mpi"},
       {"--sync", "sometimes"},
       {"--steps"},
+      // NCCL chooses its own algorithm: nothing to set or switch.
+      {"--backend", "nccl", "--topology", "bcube"},
+      {"--backend", "nccl", "--switch-every", "5"},
+      {"--backend", "nccl", "--adaptive", "--secret", "/s"},
   };
   for (auto& args : bad) {
     std::string e;
