@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "collector/export/catalogue_family.h"
 #include "common/metric_catalogue.h"
 
 namespace bpftrain::collector::app {
@@ -9,24 +10,6 @@ namespace {
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
-using prometheus::MetricType;
-
-MetricFamily family(const metrics::MetricDef& def) {
-  return MetricFamily{metrics::promName(def),
-                      std::string(def.help),
-                      def.kind == metrics::Kind::kCounter ? MetricType::Counter : MetricType::Gauge,
-                      {}};
-}
-
-void add(MetricFamily& f, double v, std::vector<ClientMetric::Label> labels = {}) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (f.type == MetricType::Counter)
-    m.counter.value = v;
-  else
-    m.gauge.value = v;
-  f.metric.push_back(std::move(m));
-}
 
 }  // namespace
 
@@ -37,17 +20,18 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
   // One family from its catalogue entry and its (value, labels) points.
   auto push = [&out](const metrics::MetricDef& def,
                      std::initializer_list<std::pair<double, ClientMetric::Label>> points) {
-    MetricFamily f = family(def);
+    MetricFamily f = exporter::familyOf(def);
     for (const auto& [value, label] : points)
-      add(f, value, label.name.empty() ? std::vector<ClientMetric::Label>{} : std::vector{label});
+      exporter::addPoint(
+          f, value, label.name.empty() ? std::vector<ClientMetric::Label>{} : std::vector{label});
     out.push_back(std::move(f));
   };
   // Families with one point per value of an enum, labelled with its name.
   auto perValue = [&out](const metrics::MetricDef& def, const char* label, size_t first,
                          size_t count, auto value, auto name) {
-    MetricFamily f = family(def);
+    MetricFamily f = exporter::familyOf(def);
     for (size_t i = first; i < count; ++i)
-      add(f, double(value(i)), {{label, std::string(name(i))}});
+      exporter::addPoint(f, double(value(i)), {{label, std::string(name(i))}});
     out.push_back(std::move(f));
   };
   using ingest::DecodeReason, ingest::DropReason, ingest::Protocol;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "collector/export/catalogue_family.h"
 #include "common/metric_catalogue.h"
 
 namespace bpftrain::collector::exporter {
@@ -10,20 +11,7 @@ namespace {
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
-using prometheus::MetricType;
 using window::SeriesKind;
-
-MetricType typeOf(SeriesKind kind) {
-  switch (kind) {
-    case SeriesKind::kCounter:
-      return MetricType::Counter;
-    case SeriesKind::kGauge:
-      return MetricType::Gauge;
-    case SeriesKind::kDistribution:
-      return MetricType::Summary;
-  }
-  return MetricType::Untyped;
-}
 
 // HELP of a family: the catalogue's text for our metrics, a line naming the kind for a user's own.
 std::string helpFor(std::string_view name, SeriesKind kind) {
@@ -41,15 +29,8 @@ std::string helpFor(std::string_view name, SeriesKind kind) {
 }
 
 MetricFamily single(const metrics::MetricDef& def, double value) {
-  const MetricType type =
-      def.kind == metrics::Kind::kCounter ? MetricType::Counter : MetricType::Gauge;
-  MetricFamily f{metrics::promName(def), std::string(def.help), type, {}};
-  ClientMetric m;
-  if (type == MetricType::Counter)
-    m.counter.value = value;
-  else
-    m.gauge.value = value;
-  f.metric.push_back(std::move(m));
+  MetricFamily f = familyOf(def);
+  addPoint(f, value);
   return f;
 }
 
@@ -80,8 +61,8 @@ std::vector<MetricFamily> WindowCollectable::Collect() const {
     std::string name = exportedName(s.name, s.kind);
     auto [it, fresh] = by_name.try_emplace(name, families.size());
     if (fresh) {
-      families.push_back(MetricFamily{name, helpFor(s.name, s.kind), typeOf(s.kind), {}});
-    } else if (families[it->second].type != typeOf(s.kind)) {
+      families.push_back(MetricFamily{name, helpFor(s.name, s.kind), prometheusType(s.kind), {}});
+    } else if (families[it->second].type != prometheusType(s.kind)) {
       ++conflicts;
       continue;
     }

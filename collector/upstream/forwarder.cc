@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 
+#include "collector/export/catalogue_family.h"
 #include "common/clock.h"
 #include "common/host_port.h"
 #include "common/metric_catalogue.h"
@@ -35,14 +36,8 @@ class ForwarderCollectable : public prometheus::Collectable {
     UpstreamStats s = f_.stats();
     auto family = [](const metrics::MetricDef& def,
                      std::initializer_list<std::pair<const char*, uint64_t>> values) {
-      prometheus::MetricFamily f{
-          metrics::promName(def), std::string(def.help), prometheus::MetricType::Counter, {}};
-      for (auto [result, v] : values) {
-        prometheus::ClientMetric m;
-        m.label.push_back({"result", result});
-        m.counter.value = double(v);
-        f.metric.push_back(std::move(m));
-      }
+      prometheus::MetricFamily f = exporter::familyOf(def);
+      for (auto [result, v] : values) exporter::addPoint(f, double(v), {{"result", result}});
       return f;
     };
     return {
