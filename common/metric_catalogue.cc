@@ -27,9 +27,13 @@ std::string_view kindName(Kind kind) {
   return "";
 }
 
+std::string_view storedName(std::string_view name) {
+  if (name.size() > kTotal.size() && name.ends_with(kTotal)) name.remove_suffix(kTotal.size());
+  return name;
+}
+
 const MetricDef* find(std::string_view name) {
-  if (name.size() > kTotal.size() && name.substr(name.size() - kTotal.size()) == kTotal)
-    name.remove_suffix(kTotal.size());
+  name = storedName(name);
   for (const MetricDef* def : kAll)
     if (def->name == name) return def;
   return nullptr;

@@ -191,6 +191,9 @@ BPFTRAIN_METRICS(BPFTRAIN_METRIC_DECLARE)
 // Every metric, in declaration order.
 std::span<const MetricDef* const> all();
 
+// The stored name of a stored or exported name: `_total` removed.
+std::string_view storedName(std::string_view name);
+
 // The metric with this stored or exported (`_total`) name; nullptr for a user's own metric.
 const MetricDef* find(std::string_view name);
 

@@ -14,15 +14,6 @@ namespace {
 using window::SeriesKind;
 using window::SeriesSnapshot;
 
-// Stored names carry no _total suffix (series_store.h); accept it anyway so that a store that
-// keeps Prometheus names works too.
-std::string_view baseName(std::string_view name) {
-  constexpr std::string_view kTotal = "_total";
-  if (name.size() > kTotal.size() && name.substr(name.size() - kTotal.size()) == kTotal)
-    name.remove_suffix(kTotal.size());
-  return name;
-}
-
 const std::string* label(const SeriesSnapshot& s, std::string_view name) {
   for (const auto& [k, v] : s.labels)
     if (k == name) return &v;
@@ -58,7 +49,7 @@ int rankOf(const SeriesSnapshot& s) {
 std::vector<std::string> jobsIn(std::span<const SeriesSnapshot> snapshots) {
   std::set<std::string> jobs;
   for (const SeriesSnapshot& s : snapshots) {
-    if (baseName(s.name) != metrics::kStepSeconds.name || s.count == 0) continue;
+    if (metrics::storedName(s.name) != metrics::kStepSeconds.name || s.count == 0) continue;
     if (const std::string* j = label(s, "job")) jobs.insert(*j);
   }
   return {jobs.begin(), jobs.end()};
@@ -83,7 +74,8 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
 
   for (const SeriesSnapshot& s : snapshots) {
     if (!forJob(s, job)) continue;
-    const std::string_view name = baseName(s.name);
+    // Stored names carry no _total; a store that keeps Prometheus names works too.
+    const std::string_view name = metrics::storedName(s.name);
     namespace m = metrics;
     // Gauges without a sample in the window are stale (the rank stopped reporting).
     bool fresh = s.count > 0;
