@@ -50,7 +50,8 @@ std::string markdownTable() {
       "| metric | type | unit | labels | source | what it means |\n"
       "|---|---|---|---|---|---|\n";
   for (const MetricDef* def : kAll) {
-    out += "| `" + promName(*def) + "` | " + std::string(kindName(def->kind)) + " | " +
+    out += "| `" + promName(*def) + "` | " + std::string(kindName(def->kind)) +
+           (def->buckets.empty() ? "" : ", histogram") + " | " +
            std::string(def->unit) + " | " + std::string(def->labels.empty() ? "-" : def->labels) +
            " | " + std::string(def->source) + " | ";
     // A literal '|' would end the cell.

@@ -16,7 +16,8 @@ namespace bpftrain::metrics {
 enum class Kind : uint8_t {
   kCounter,       // exported as a Prometheus counter, `_total` appended
   kGauge,         // last value
-  kDistribution,  // sliding-window quantiles, sum and count (a Prometheus summary)
+  kDistribution,  // sliding-window quantiles, sum and count (a Prometheus summary); with bucket
+                  // bounds also a cumulative Prometheus histogram, `<name>_histogram`
 };
 
 struct MetricDef {
@@ -26,16 +27,36 @@ struct MetricDef {
   std::string_view labels;  // every label name, space separated, in the order series carry them
   std::string_view source;  // what produces it: "trainer", a tracepoint, "collector" ...
   std::string_view help;    // what it means for training; the exporter's HELP text
+  // Distributions only: the upper bounds (ascending, +Inf implied) of the `<name>_histogram`
+  // buckets, so that PromQL can aggregate quantiles across ranks and hosts
+  // (histogram_quantile over sum by (le)); empty: a summary only.
+  std::span<const double> buckets = {};
 };
 
+// Histogram bucket bounds, chosen per metric for the range it takes.
+// Step and allreduce times: 1-2-5 from 100 us (a small model's allreduce on one host) to 60 s.
+inline constexpr double kStepSecondsBuckets[] = {
+    1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60};
+// TCP smoothed RTT: 1-2-5 from 10 us (loopback, veth) to 1 s (a congested WAN path).
+inline constexpr double kRttSecondsBuckets[] = {1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3,
+                                                5e-3, 0.01, 0.02, 0.05, 0.1,  0.2,  0.5,  1};
+// Socket bytes: 0 (idle), then powers of 4 from 1 KiB to 64 MiB (a full tcp_wmem).
+inline constexpr double kSocketBytesBuckets[] = {0,      1024,    4096,    16384,    65536,
+                                                 262144, 1048576, 4194304, 16777216, 67108864};
+// RDMA work requests outstanding: 0, then powers of 2 to 1024 (a deep send queue).
+inline constexpr double kWorkRequestBuckets[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+// Controller decision to every rank applying it: 1-2-5 from 10 ms (one fast step) to 50 s.
+inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+                                                  1,    2,    5,    10,  20,  50};
+
 // clang-format off
-// X(id, name, kind, unit, labels, source, help)
+// X(id, name, kind, unit, labels, source, help[, histogram bucket bounds of a distribution])
 #define BPFTRAIN_METRICS(X)                                                                        \
   /* ---- trainer: every rank streams these in binary frames (common/wire_format.h) ---- */       \
   X(kStepSeconds, "bpftrain_step_seconds", kDistribution, "seconds", "job rank", "trainer",        \
-    "Wall time of one training step; p99 against p50 shows stragglers")                           \
+    "Wall time of one training step; p99 against p50 shows stragglers", kStepSecondsBuckets)       \
   X(kAllreduceSeconds, "bpftrain_allreduce_seconds", kDistribution, "seconds", "job rank",         \
-    "trainer", "Time a step spends in the gradient allreduce")                                     \
+    "trainer", "Time a step spends in the gradient allreduce", kStepSecondsBuckets)                \
   X(kAllreduceBytes, "bpftrain_allreduce_bytes", kCounter, "bytes", "job rank", "trainer",         \
     "Gradient bytes this rank allreduced")                                                         \
   X(kAllreduceBusbw, "bpftrain_allreduce_busbw_bytes_per_second", kGauge, "bytes/s", "job rank",  \
@@ -98,19 +119,22 @@ struct MetricDef {
   X(kTransportQueuedBytes, "bpftrain_transport_queued_bytes", kDistribution, "bytes",              \
     "job rank transport", "tp_btf tcp:tcp_probe",                                                  \
     "Bytes a rank's sockets queued and the peer has not acknowledged (write_seq - snd_una): "     \
-    "congestion on the gradient path")                                                             \
+    "congestion on the gradient path", kSocketBytesBuckets)                                        \
   X(kTransportInflightBytes, "bpftrain_transport_inflight_bytes", kDistribution, "bytes",          \
     "job rank transport", "tp_btf tcp:tcp_probe",                                                  \
-    "Bytes sent and not yet acknowledged (snd_nxt - snd_una); falls when the receiver is slow")    \
+    "Bytes sent and not yet acknowledged (snd_nxt - snd_una); falls when the receiver is slow",    \
+    kSocketBytesBuckets)                                                                           \
   X(kTransportRttSeconds, "bpftrain_transport_rtt_seconds", kDistribution, "seconds",              \
-    "job rank transport", "tp_btf tcp:tcp_probe", "Smoothed RTT of a rank's TCP connections")      \
+    "job rank transport", "tp_btf tcp:tcp_probe", "Smoothed RTT of a rank's TCP connections",      \
+    kRttSecondsBuckets)                                                                            \
   X(kTransportRetransmits, "bpftrain_transport_retransmits", kCounter, "segments",                 \
     "job rank transport", "tp_btf tcp:tcp_retransmit_skb", "Retransmitted segments of a rank")      \
   X(kTransportSamples, "bpftrain_transport_samples", kCounter, "samples", "job rank transport",    \
     "tp_btf tcp:tcp_probe", "Transport samples the probe took (one per socket per interval)")     \
   X(kTransportOutstandingWorkRequests, "bpftrain_transport_outstanding_work_requests",             \
     kDistribution, "work requests", "job rank transport", "USDT bpftrain:qp_post,qp_complete",     \
-    "RDMA work requests posted and not yet completed on a rank's queue pairs")                    \
+    "RDMA work requests posted and not yet completed on a rank's queue pairs",                     \
+    kWorkRequestBuckets)                                                                           \
   X(kRdmaQpEvents, "bpftrain_rdma_qp_events", kCounter, "events", "job rank event",                \
     "USDT bpftrain:qp_post,qp_complete", "RDMA work requests posted and completed (event)")        \
   /* ---- the loader itself ---- */                                                               \
@@ -130,7 +154,7 @@ struct MetricDef {
   X(kControllerSends, "bpftrain_controller_sends", kCounter, "frames", "result", "controller",     \
     "Control frames sent to rank 0 (result ok, error)")                                            \
   X(kControllerApplySeconds, "bpftrain_controller_apply_seconds", kDistribution, "seconds", "",    \
-    "controller", "From a decision to every rank reporting its epoch")                            \
+    "controller", "From a decision to every rank reporting its epoch", kApplySecondsBuckets)       \
   X(kControllerAbandoned, "bpftrain_controller_abandoned", kCounter, "decisions", "",              \
     "controller", "Decisions no rank applied within the resend budget")                           \
   X(kControllerDeferred, "bpftrain_controller_deferred", kCounter, "steps", "reason",              \
@@ -183,8 +207,9 @@ struct MetricDef {
     "collector", "Window steps forwarded, or missed because the forwarder fell behind")
 // clang-format on
 
-#define BPFTRAIN_METRIC_DECLARE(id, name, kind, unit, labels, source, help) \
-  inline constexpr MetricDef id{name, Kind::kind, unit, labels, source, help};
+#define BPFTRAIN_METRIC_DECLARE(id, name, kind, unit, labels, source, help, ...) \
+  inline constexpr MetricDef id{name,   Kind::kind, unit,                        \
+                                labels, source,     help __VA_OPT__(, ) __VA_ARGS__};
 BPFTRAIN_METRICS(BPFTRAIN_METRIC_DECLARE)
 #undef BPFTRAIN_METRIC_DECLARE
 

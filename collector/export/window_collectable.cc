@@ -1,6 +1,7 @@
 #include "collector/export/window_collectable.h"
 
 #include <cstdio>
+#include <limits>
 #include <unordered_map>
 
 #include "collector/export/catalogue_family.h"
@@ -57,17 +58,46 @@ std::vector<MetricFamily> WindowCollectable::Collect() const {
   std::vector<MetricFamily> families;
   std::unordered_map<std::string, size_t> by_name;
   uint64_t conflicts = 0;
-  for (window::SeriesSnapshot& s : snap) {
-    std::string name = exportedName(s.name, s.kind);
-    auto [it, fresh] = by_name.try_emplace(name, families.size());
+  // The index of the family for `name` of `type`; kConflict when the name has another type.
+  constexpr size_t kConflict = ~size_t{0};
+  auto familyFor = [&](std::string name, std::string_view stored, SeriesKind kind,
+                       prometheus::MetricType type, bool histogram) -> size_t {
+    auto [it, fresh] = by_name.try_emplace(std::move(name), families.size());
     if (fresh) {
-      families.push_back(MetricFamily{name, helpFor(s.name, s.kind), prometheusType(s.kind), {}});
-    } else if (families[it->second].type != prometheusType(s.kind)) {
+      std::string help = helpFor(stored, kind);
+      if (histogram) help += " (cumulative histogram: aggregate with sum by (le))";
+      families.push_back(MetricFamily{it->first, std::move(help), type, {}});
+    } else if (families[it->second].type != type) {
       ++conflicts;
-      continue;
+      return kConflict;
     }
+    return it->second;
+  };
+  for (window::SeriesSnapshot& s : snap) {
+    const size_t family =
+        familyFor(exportedName(s.name, s.kind), s.name, s.kind, prometheusType(s.kind), false);
+    if (family == kConflict) continue;
     ClientMetric m;
     m.label.reserve(s.labels.size());
+    if (!s.bucket_bounds.empty()) {
+      // Distributions with catalogue bucket bounds are also `<name>_histogram`: cumulative since
+      // the series was created, so rates and sums across ranks and hosts hold.
+      if (const size_t hf = familyFor(s.name + "_histogram", s.name, s.kind,
+                                      prometheus::MetricType::Histogram, true);
+          hf != kConflict) {
+        ClientMetric h;
+        h.label.reserve(s.labels.size());
+        for (const auto& [k, v] : s.labels) h.label.push_back({k, v});
+        h.histogram.sample_count = s.bucket_counts.back();
+        h.histogram.sample_sum = s.total;
+        h.histogram.bucket.reserve(s.bucket_counts.size());
+        for (size_t b = 0; b < s.bucket_bounds.size(); ++b)
+          h.histogram.bucket.push_back({s.bucket_counts[b], s.bucket_bounds[b]});
+        h.histogram.bucket.push_back(
+            {s.bucket_counts.back(), std::numeric_limits<double>::infinity()});
+        families[hf].metric.push_back(std::move(h));
+      }
+    }
     for (auto& [k, v] : s.labels) m.label.push_back({std::move(k), std::move(v)});
     switch (s.kind) {
       case SeriesKind::kCounter:
@@ -82,7 +112,7 @@ std::vector<MetricFamily> WindowCollectable::Collect() const {
         for (auto [q, v] : s.quantiles) m.summary.quantile.push_back({q, v});
         break;
     }
-    families[it->second].metric.push_back(std::move(m));
+    families[family].metric.push_back(std::move(m));
   }
   if (conflicts) {
     conflicts_.fetch_add(conflicts, std::memory_order_relaxed);

@@ -48,10 +48,26 @@ struct alignas(64) Shard {
   SpinLock lock;
   SeriesKind kind{};
   SlidingWindow window;
-  double total = 0;  // counters: every increment since creation
+  double total = 0;  // counters: every increment since creation; distributions: every value
   double last = 0;
   int64_t last_ns = std::numeric_limits<int64_t>::min();
+  // Histogram of a catalogue distribution with bucket bounds: samples per bucket since creation
+  // (not cumulative; bounds.size() + 1 entries, the last for +Inf). Null otherwise.
+  std::span<const double> bounds;
+  std::unique_ptr<uint64_t[]> buckets;
+
+  void countBucket(double v, uint64_t n) {
+    // Prometheus buckets are `le`: the first bound >= v.
+    buckets[size_t(std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin())] += n;
+  }
 };
+
+// The histogram bounds of a series: its catalogue entry's, for a distribution of that name.
+std::span<const double> bucketBoundsOf(std::string_view name, SeriesKind kind) {
+  if (kind != SeriesKind::kDistribution) return {};
+  const metrics::MetricDef* def = metrics::find(name);
+  return def && def->kind == kind ? def->buckets : std::span<const double>{};
+}
 
 struct Series {
   std::string name;
@@ -60,6 +76,7 @@ struct Series {
   uint64_t hash = 0;
   SeriesId next = kRejectedSeries;  // next series with the same hash
   std::unique_ptr<Shard[]> shards;  // one per writer
+  std::span<const double> bounds;   // histogram bucket bounds (catalogue), empty: none
 };
 
 uint64_t fnv1a(uint64_t h, std::string_view s) {
@@ -124,10 +141,15 @@ class ShardedSeriesStore final : public SeriesStore {
     series->kind = kind;
     series->hash = h;
     series->shards = std::make_unique<Shard[]>(size_t(writers_));
+    series->bounds = bucketBoundsOf(name, kind);
     for (int w = 0; w < writers_; ++w) {
-      series->shards[w].kind = kind;
-      series->shards[w].window =
-          SlidingWindow(kind == SeriesKind::kDistribution ? sketch_spec_ : spec_);
+      Shard& shard = series->shards[w];
+      shard.kind = kind;
+      shard.window = SlidingWindow(kind == SeriesKind::kDistribution ? sketch_spec_ : spec_);
+      if (!series->bounds.empty()) {
+        shard.bounds = series->bounds;
+        shard.buckets = std::make_unique<uint64_t[]>(series->bounds.size() + 1);
+      }
     }
     auto [it, inserted] = index_.try_emplace(h, id);
     if (!inserted) {
@@ -148,7 +170,8 @@ class ShardedSeriesStore final : public SeriesStore {
     Shard& shard = shards[writer];
     shard.lock.lock();
     const bool windowed = shard.window.add(now_ns, value);
-    if (shard.kind == SeriesKind::kCounter) shard.total += value;
+    if (shard.kind != SeriesKind::kGauge) shard.total += value;
+    if (shard.buckets) shard.countBucket(value, 1);
     if (now_ns >= shard.last_ns) {
       shard.last = value;
       shard.last_ns = now_ns;
@@ -193,6 +216,7 @@ class ShardedSeriesStore final : public SeriesStore {
       // new Shard[n] of an over-aligned type with a destructor stores its element count in a
       // cookie padded to the alignment.
       bytes += size_t(writers_) * sizeof(Shard) + alignof(Shard);
+      if (!s->bounds.empty()) bytes += size_t(writers_) * (s->bounds.size() + 1) * sizeof(uint64_t);
       for (int w = 0; w < writers_; ++w) {
         Shard& shard = s->shards[size_t(w)];
         shard.lock.lock();
@@ -241,7 +265,18 @@ class ShardedSeriesStore final : public SeriesStore {
     StepAggregate agg{step.count, step.sum, step.min, step.max, step.last, now_ns};
     shard.lock.lock();
     const bool windowed = shard.window.mergeAt(now_ns, agg, step.sketch);
-    if (s->kind == SeriesKind::kCounter) shard.total += step.sum;
+    if (s->kind != SeriesKind::kGauge) shard.total += step.sum;
+    if (shard.buckets) {
+      // A child's step arrives as a sketch: each bin goes to the bucket of its representative
+      // value, so a sample within the relative error of a bound may land in the neighbouring one.
+      uint64_t binned = 0;
+      if (step.sketch)
+        step.sketch->forEachBin([&](double v, uint64_t n) {
+          shard.countBucket(v, n);
+          binned += n;
+        });
+      if (binned < step.count) shard.buckets[shard.bounds.size()] += step.count - binned;
+    }
     if (now_ns >= shard.last_ns) {
       shard.last = step.last;
       shard.last_ns = now_ns;
@@ -292,11 +327,18 @@ class ShardedSeriesStore final : public SeriesStore {
     double total = 0, last = 0;
     int64_t last_ns = std::numeric_limits<int64_t>::min();
     int64_t first_step = std::numeric_limits<int64_t>::max();
+    if (!s.bounds.empty()) {
+      snap.bucket_bounds = s.bounds;
+      snap.bucket_counts.assign(s.bounds.size() + 1, 0);
+    }
     for (int w = 0; w < writers_; ++w) {
       Shard& shard = s.shards[size_t(w)];
       shard.lock.lock();
       shard.window.collect(now_ns, agg, dist ? &scratch : nullptr);
       total += shard.total;
+      if (shard.buckets)
+        for (size_t b = 0; b < snap.bucket_counts.size(); ++b)
+          snap.bucket_counts[b] += shard.buckets[b];
       if (shard.last_ns > last_ns) {
         last = shard.last;
         last_ns = shard.last_ns;
@@ -310,7 +352,9 @@ class ShardedSeriesStore final : public SeriesStore {
     snap.max = agg.count ? agg.max : 0;
     snap.last = last;
     snap.last_update_ns = last_ns == std::numeric_limits<int64_t>::min() ? 0 : last_ns;
-    if (s.kind == SeriesKind::kCounter) snap.total = total;
+    if (s.kind != SeriesKind::kGauge) snap.total = total;
+    for (size_t b = 1; b < snap.bucket_counts.size(); ++b)
+      snap.bucket_counts[b] += snap.bucket_counts[b - 1];
     if (first_step != std::numeric_limits<int64_t>::max()) {
       const double amount = s.kind == SeriesKind::kCounter ? agg.sum : double(agg.count);
       snap.rate = s.shards[0].window.rate(amount, now_ns, first_step);

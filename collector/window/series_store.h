@@ -6,6 +6,8 @@
 //  - lookup() allocates only when it creates a series; it fails (returns kRejectedSeries) when
 //    the cardinality limit is reached, and counts the rejection.
 //  - snapshot() may allocate; it merges writer shards and never blocks writers for long.
+//  - A distribution named in the metric catalogue with bucket bounds also counts its samples
+//    into cumulative histogram buckets (allocated with the series, one increment per sample).
 #pragma once
 
 #include <chrono>
@@ -56,10 +58,15 @@ struct SeriesSnapshot {
   double sum = 0;           // sum of values in the window (counters: increments)
   double min = 0, max = 0;  // over the window (0 when count == 0)
   double last = 0;          // most recent value (gauges)
-  double total = 0;         // counters: everything since the series was created
+  double total = 0;         // counters and distributions: sum of everything since creation
   double rate = 0;          // count per second over the window (counters: sum per second)
   // quantile(q) for q in kExportedQuantiles, from the sketch (distributions only)
   std::vector<std::pair<double, double>> quantiles;
+  // Distributions whose catalogue entry has bucket bounds (metrics::MetricDef::buckets): since
+  // the series was created, the samples <= each bound (cumulative), then all of them (+Inf);
+  // `total` is their sum. A Prometheus histogram, which sums across series; empty otherwise.
+  std::span<const double> bucket_bounds;
+  std::vector<uint64_t> bucket_counts;  // bucket_bounds.size() + 1 entries
   int64_t last_update_ns = 0;
 };
 

@@ -88,6 +88,19 @@ class Sketch {
   // trailing bytes, a different relative error, out-of-range indexes, zero or overflowing counts.
   bool deserialize(std::span<const uint8_t> in);
 
+  // Calls fn(value, count) for every non-empty bin with its representative value (within the
+  // relative error of every sample in it), in ascending value order.
+  template <class Fn>
+  void forEachBin(Fn&& fn) const {
+    if (!negative_.empty())
+      for (int32_t i = negative_.highest(); i >= negative_.lowest(); --i)
+        if (uint64_t n = negative_.at(i)) fn(-valueOf(i), n);
+    if (zero_count_) fn(0.0, zero_count_);
+    if (!positive_.empty())
+      for (int32_t i = positive_.lowest(); i <= positive_.highest(); ++i)
+        if (uint64_t n = positive_.at(i)) fn(valueOf(i), n);
+  }
+
   int32_t indexOf(double magnitude) const;  // bin of a positive magnitude
   double valueOf(int32_t index) const;      // representative value of a bin
 

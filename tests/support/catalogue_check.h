@@ -1,6 +1,7 @@
 // Checks a /metrics scrape against the metric catalogue: every exported series of a catalogue
-// metric carries exactly the labels the catalogue declares (summaries add `quantile`), with the
-// declared type's suffixes. Returns one line per mismatch; empty when the scrape agrees.
+// metric carries exactly the labels the catalogue declares (summaries add `quantile`, histogram
+// buckets `le`), with the declared type's suffixes. Returns one line per mismatch; empty when the
+// scrape agrees.
 #pragma once
 
 #include <map>
@@ -38,6 +39,16 @@ inline std::vector<std::string> catalogueMismatches(const std::map<std::string, 
     if (name.rfind("bpftrain_", 0) != 0) continue;
     const metrics::MetricDef* def = metrics::find(name);
     bool summary_part = false;
+    // <name>_histogram_{bucket,sum,count} of a distribution with bucket bounds; buckets add `le`.
+    bool histogram_part = false, bucket = false;
+    for (const char* suffix : {"_histogram_bucket", "_histogram_sum", "_histogram_count"}) {
+      const std::string s(suffix);
+      if (def == nullptr && name.size() > s.size() && name.ends_with(s)) {
+        def = metrics::find(name.substr(0, name.size() - s.size()));
+        histogram_part = def != nullptr;
+        bucket = histogram_part && s == "_histogram_bucket";
+      }
+    }
     for (const char* suffix : {"_sum", "_count"}) {
       const std::string s(suffix);
       if (def == nullptr && name.size() > s.size() && name.ends_with(s)) {
@@ -51,10 +62,13 @@ inline std::vector<std::string> catalogueMismatches(const std::map<std::string, 
     }
     const bool summary = def->kind == metrics::Kind::kDistribution;
     if (summary_part && !summary) problems.push_back(key + ": _sum/_count of a non-summary");
+    if (histogram_part && (!summary || def->buckets.empty()))
+      problems.push_back(key + ": a histogram of a metric the catalogue gives no bucket bounds");
     if (def->kind == metrics::Kind::kCounter && !name.ends_with("_total"))
       problems.push_back(key + ": a counter exported without _total");
     std::set<std::string> got = labelNamesOf(key);
-    if (summary && !summary_part) got.erase("quantile");
+    if (summary && !summary_part && !histogram_part) got.erase("quantile");
+    if (bucket) got.erase("le");
     std::set<std::string> want;
     std::istringstream in{std::string(def->labels)};
     for (std::string label; in >> label;) want.insert(label);

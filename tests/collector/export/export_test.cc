@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "collector/export/metrics_server.h"
 #include "collector/export/window_collectable.h"
 #include "common/host_port.h"
+#include "common/metric_catalogue.h"
 
 namespace bpftrain::collector::exporter {
 namespace {
@@ -66,6 +68,17 @@ std::map<std::string, double> parse(const std::string& response) {
     size_t space = line.rfind(' ');
     out[line.substr(0, space)] = std::strtod(line.c_str() + space + 1, nullptr);
   }
+  return out;
+}
+
+// le bound -> cumulative count of one histogram series, from parse()'s map; `prefix` is
+// name{labels without the closing brace.
+std::map<double, double> histogramBuckets(const std::map<std::string, double>& m,
+                                          const std::string& prefix) {
+  std::map<double, double> out;
+  const std::string le = prefix + ",le=\"";
+  for (const auto& [key, value] : m)
+    if (key.rfind(le, 0) == 0) out[std::strtod(key.c_str() + le.size(), nullptr)] = value;
   return out;
 }
 
@@ -119,6 +132,20 @@ TEST(Export, ScrapeOverHttpShowsExactValues) {
     EXPECT_LE(std::abs(m[key] - exact[i]), 0.01 * exact[i]) << key;
     ++i;
   }
+  // The same samples as a cumulative histogram with the catalogue's bounds; `le` as Prometheus
+  // compares it (the first bound >= the value), every bound and +Inf present.
+  EXPECT_NE(response.find("# TYPE bpftrain_step_seconds_histogram histogram"), std::string::npos);
+  const auto buckets = histogramBuckets(m, "bpftrain_step_seconds_histogram_bucket" + l);
+  ASSERT_EQ(buckets.size(), metrics::kStepSeconds.buckets.size() + 1) << response;
+  for (double bound : metrics::kStepSeconds.buckets) {
+    uint64_t want = 0;
+    for (int i = 1; i <= 1000; ++i) want += i * 0.001 <= bound;
+    ASSERT_TRUE(buckets.count(bound)) << bound;
+    EXPECT_EQ(buckets.at(bound), double(want)) << "le=" << bound;
+  }
+  EXPECT_EQ(buckets.at(std::numeric_limits<double>::infinity()), 1000);
+  EXPECT_EQ(m["bpftrain_step_seconds_histogram_count" + l + "}"], 1000);
+  EXPECT_NEAR(m["bpftrain_step_seconds_histogram_sum" + l + "}"], 500.5, 1e-9);
   EXPECT_EQ(m["bpftrain_odd{path=\"a\\\"b\\\\c\"}"], 7) << response;
   EXPECT_EQ(m["bpftrain_collector_series"], 4);
   EXPECT_EQ(m["bpftrain_collector_series_rejected_total"], 0);
@@ -146,6 +173,9 @@ TEST(Export, ScrapeOverHttpShowsExactValues) {
   EXPECT_EQ(m["bpftrain_allreduce_bytes_total" + l + "}"], 4096.0 * 1000);
   EXPECT_EQ(m["bpftrain_step_seconds_count" + l + "}"], 0);
   EXPECT_TRUE(std::isnan(m["bpftrain_step_seconds" + l + ",quantile=\"0.5\"}"]));
+  // The histogram is cumulative: it does not slide with the window.
+  EXPECT_EQ(m["bpftrain_step_seconds_histogram_count" + l + "}"], 1000);
+  EXPECT_EQ(m["bpftrain_step_seconds_histogram_bucket" + l + ",le=\"+Inf\"}"], 1000);
   EXPECT_EQ(m.count("bpftrain_test_extra_total"), 0u);
 }
 

@@ -210,7 +210,9 @@ TEST(SeriesStore, LookupOfExistingSeriesAndRecordAllocateNothingOnceSized) {
   Label labels[] = {{"rank", "7"}, {"job", "j"}};
   SeriesId ids[] = {store->lookup("bpftrain_c", labels, SeriesKind::kCounter),
                     store->lookup("bpftrain_g", labels, SeriesKind::kGauge),
-                    store->lookup("bpftrain_d", labels, SeriesKind::kDistribution)};
+                    store->lookup("bpftrain_d", labels, SeriesKind::kDistribution),
+                    // a catalogue distribution: its histogram buckets are counted too
+                    lookupMetric(*store, metrics::kStepSeconds, labels)};
   std::vector<double> values;
   for (int i = 0; i < 100; ++i) values.push_back(0.001 * std::pow(1.05, i));
   auto fill = [&](int64_t from, int steps) {
@@ -298,6 +300,68 @@ TEST(SeriesStore, VisitStepAndMergeStepCarryACompletedStepUpstream) {
   EXPECT_EQ(snap[0].sum, 2550);
   EXPECT_NEAR(snap[0].quantiles[0].second, 25, 0.25);
   EXPECT_EQ(snap[1].total, 200);
+}
+
+// A catalogue distribution with bucket bounds also keeps a cumulative histogram: exact `le`
+// counts since creation, merged over writers, surviving the window's eviction; a user's own
+// distribution and a catalogue counter have none.
+TEST(SeriesStore, CatalogueDistributionsKeepCumulativeHistograms) {
+  auto store = SeriesStore::create(smallConfig(2));
+  Label rank0[] = {{"job", "j"}, {"rank", "0"}};
+  SeriesId step = lookupMetric(*store, metrics::kStepSeconds, rank0);
+  SeriesId mine = store->lookup("my_timer", {}, SeriesKind::kDistribution);
+  ASSERT_NE(step, kRejectedSeries);
+  ASSERT_FALSE(metrics::kStepSeconds.buckets.empty());
+  // 0.001 is a bound (le: counted in it); 0.0015 and 0.002 in le=0.002; 100 only in +Inf.
+  store->record(0, step, 0.001, 1 * kSec);
+  store->record(1, step, 0.0015, 1 * kSec);
+  store->record(0, step, 0.002, 1 * kSec);
+  store->record(1, step, 100, 1 * kSec);
+  store->record(0, mine, 0.001, 1 * kSec);
+  // 10 s later the window is empty, the histogram is not.
+  SeriesSnapshot s = store->snapshotOne(step, 11 * kSec);
+  EXPECT_EQ(s.count, 0u);
+  ASSERT_EQ(s.bucket_bounds.size(), metrics::kStepSeconds.buckets.size());
+  ASSERT_EQ(s.bucket_counts.size(), s.bucket_bounds.size() + 1);
+  auto cumulativeAt = [&](double bound) {
+    for (size_t i = 0; i < s.bucket_bounds.size(); ++i)
+      if (s.bucket_bounds[i] == bound) return s.bucket_counts[i];
+    ADD_FAILURE() << "no bound " << bound;
+    return uint64_t{0};
+  };
+  EXPECT_EQ(cumulativeAt(5e-4), 0u);
+  EXPECT_EQ(cumulativeAt(1e-3), 1u);
+  EXPECT_EQ(cumulativeAt(2e-3), 3u);
+  EXPECT_EQ(cumulativeAt(60), 3u);
+  EXPECT_EQ(s.bucket_counts.back(), 4u);
+  EXPECT_DOUBLE_EQ(s.total, 0.001 + 0.0015 + 0.002 + 100);
+  EXPECT_TRUE(store->snapshotOne(mine, 11 * kSec).bucket_counts.empty());
+}
+
+// A parent merging a child's step files each sketch bin under its representative value.
+TEST(SeriesStore, MergedStepsFillTheParentsHistogram) {
+  auto child = SeriesStore::create(smallConfig());
+  auto parent = SeriesStore::create(smallConfig());
+  Label rank0[] = {{"job", "j"}, {"rank", "0"}};
+  SeriesId c = lookupMetric(*child, metrics::kStepSeconds, rank0);
+  for (int i = 0; i < 30; ++i) child->record(0, c, 0.003, 5 * kSec);  // le=0.005
+  for (int i = 0; i < 10; ++i) child->record(0, c, 0.03, 5 * kSec);   // le=0.05
+  SeriesId p = lookupMetric(*parent, metrics::kStepSeconds, rank0);
+  child->visitStep(child->stepOf(5 * kSec),
+                   [&](const StepSummary& s) { parent->mergeStep(0, p, s, 6 * kSec); });
+  SeriesSnapshot s = parent->snapshotOne(p, 6 * kSec);
+  ASSERT_FALSE(s.bucket_counts.empty());
+  size_t le_2ms = 0, le_5ms = 0, le_50ms = 0;
+  for (size_t i = 0; i < s.bucket_bounds.size(); ++i) {
+    if (s.bucket_bounds[i] == 2e-3) le_2ms = i;
+    if (s.bucket_bounds[i] == 5e-3) le_5ms = i;
+    if (s.bucket_bounds[i] == 0.05) le_50ms = i;
+  }
+  EXPECT_EQ(s.bucket_counts[le_2ms], 0u);
+  EXPECT_EQ(s.bucket_counts[le_5ms], 30u);
+  EXPECT_EQ(s.bucket_counts[le_50ms], 40u);
+  EXPECT_EQ(s.bucket_counts.back(), 40u);
+  EXPECT_NEAR(s.total, 30 * 0.003 + 10 * 0.03, 1e-9);
 }
 
 }  // namespace
