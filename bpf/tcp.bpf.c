@@ -9,6 +9,7 @@
 #include "bpf/tcp.h"
 
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
@@ -72,8 +73,20 @@ int BPF_PROG(on_tcp_probe, struct sock* sk) {
   s->cwnd = tp->snd_cwnd;
   s->bytes_in_flight = tp->snd_nxt - tp->snd_una;
   s->send_queue = tp->write_seq - tp->snd_una;
-  s->pad = 0;
   s->srtt_us = tp->srtt_us >> 3;
+  // The link: which addresses the socket joins (user space maps the peer to a node).
+  const struct sock_common* skc = &sk->__sk_common;
+  s->family = BPF_CORE_READ(skc, skc_family);
+  s->dport = bpf_ntohs(BPF_CORE_READ(skc, skc_dport));
+  __builtin_memset(s->saddr, 0, sizeof(s->saddr));
+  __builtin_memset(s->daddr, 0, sizeof(s->daddr));
+  if (s->family == 10 /* AF_INET6 */) {
+    bpf_probe_read_kernel(s->saddr, 16, &skc->skc_v6_rcv_saddr);
+    bpf_probe_read_kernel(s->daddr, 16, &skc->skc_v6_daddr);
+  } else {
+    bpf_probe_read_kernel(s->saddr, 4, &skc->skc_rcv_saddr);
+    bpf_probe_read_kernel(s->daddr, 4, &skc->skc_daddr);
+  }
   bpf_ringbuf_submit(s, 0);
   return 0;
 }

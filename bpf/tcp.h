@@ -11,14 +11,19 @@ struct tcp_counts {
   __u64 samples;     /* depth samples offered to the ring buffer */
 };
 
-/* One ring buffer record per sampled tcp:tcp_probe. */
+/* One ring buffer record per sampled tcp:tcp_probe. The socket's addresses let user space tell
+ * which link the sample travelled (same host or which other host): AF_INET addresses fill the first
+ * 4 bytes of saddr/daddr and leave the rest 0; AF_INET6 fills all 16 (v4-mapped ones included). */
 struct tcp_sample {
   __u32 slot;
   __u32 cwnd;            /* segments */
   __u32 bytes_in_flight; /* snd_nxt - snd_una: sent, not yet acknowledged */
   __u32 send_queue;      /* write_seq - snd_una: written by the application, not yet acknowledged */
   __u32 srtt_us;
-  __u32 pad;
+  __u16 family; /* AF_INET (2) or AF_INET6 (10) */
+  __u16 dport;  /* host byte order */
+  __u8 saddr[16];
+  __u8 daddr[16];
 };
 
 /* Which target owns a socket; learned when the target sends on it (process context). */

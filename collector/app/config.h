@@ -31,7 +31,10 @@ struct CollectorConfig {
   HostPort trainer{"127.0.0.1", 9472};  // trainer rank 0's control port
   std::string job;                      // job the controller steers; empty: first seen
   std::string decisions_log;            // controller decisions, JSON lines
-  std::string features_log;             // controller features every 2 s, JSON lines
+  // The controller decides on this much of the most recent data (a few steps), so a phase change
+  // shows within about a second; the exposition keeps the full --window.
+  std::chrono::nanoseconds controller_window = std::chrono::seconds(1);
+  std::string features_log;  // controller features every 2 s, JSON lines
   int ingest_threads = 2;
   size_t max_series = 100'000;
   size_t rcvbuf_bytes = 32u << 20;   // per ingest socket

@@ -98,7 +98,9 @@ void ControllerService::send(const Pending& p, int64_t now_ns) {
 
 void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns) {
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<window::SeriesSnapshot> snaps = store.snapshot(now_ns);
+  std::vector<window::SeriesSnapshot> snaps = config_.window.count() > 0
+                                                  ? store.snapshotWindow(now_ns, config_.window)
+                                                  : store.snapshot(now_ns);
   if (!extractor_) {
     std::vector<std::string> jobs = jobsIn(snaps);
     if (jobs.empty()) return;

@@ -33,6 +33,8 @@ struct ControllerConfig {
   // The features the policy saw, a JSON line every 2 s (threshold calibration); empty: none.
   std::string features_log;
   int writer = 0;  // the series store writer index reserved for the controller
+  // How much recent data a decision reads (the store's full window when 0 or longer).
+  std::chrono::nanoseconds window = std::chrono::seconds(1);
   // A decision the trainer has not applied after this many steps is abandoned (logged and
   // counted in bpftrain_controller_abandoned_total); the policy then decides afresh.
   int max_retries = 20;

@@ -46,6 +46,21 @@ int rankOf(const SeriesSnapshot& s) {
 
 }  // namespace
 
+std::string_view linkName(Link l) { return l == Link::kSameHost ? "same_host" : "other_host"; }
+
+namespace {
+
+// The link class of a transport series; nullopt without a (known) link label.
+std::optional<Link> linkOf(const SeriesSnapshot& s) {
+  const std::string* l = label(s, "link");
+  if (l == nullptr) return std::nullopt;
+  if (*l == "same_host") return Link::kSameHost;
+  if (*l == "other_host") return Link::kOtherHost;
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::vector<std::string> jobsIn(std::span<const SeriesSnapshot> snapshots) {
   std::set<std::string> jobs;
   for (const SeriesSnapshot& s : snapshots) {
@@ -71,6 +86,7 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
   double busbw_sum = 0, busbw_window_sum = 0;
   int busbw_n = 0;
   double local_faults = 0, remote_faults = 0;
+  std::map<int, double> step_p50_by_rank;
 
   for (const SeriesSnapshot& s : snapshots) {
     if (!forJob(s, job)) continue;
@@ -82,6 +98,8 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
 
     if (name == m::kStepSeconds.name && fresh) {
       ranks.insert(rankOf(s));
+      double& p50 = step_p50_by_rank[rankOf(s)];
+      p50 = std::max(p50, quantile(s, 0.5));
       f.step_p50_s = std::max(f.step_p50_s, quantile(s, 0.5));
       f.step_p99_s = std::max(f.step_p99_s, quantile(s, 0.99));
       step_sum += s.sum;
@@ -115,6 +133,11 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
     } else if (name == m::kTransportQueuedBytes.name && fresh) {
       f.has_transport = true;
       f.queued_bytes_p99 = std::max(f.queued_bytes_p99, quantile(s, 0.99));
+      if (std::optional<Link> l = linkOf(s)) {
+        LinkSignals& ls = f.links[int(*l)];
+        ls.seen = f.has_links = true;
+        ls.queued_bytes_p99 = std::max(ls.queued_bytes_p99, quantile(s, 0.99));
+      }
     } else if (name == m::kTransportOutstandingWorkRequests.name && fresh) {
       f.has_transport = true;
       f.outstanding_work_requests_p99 =
@@ -125,6 +148,19 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
       f.rtt_p50_s = std::max(f.rtt_p50_s, p50);
       f.rtt_p99_s = std::max(f.rtt_p99_s, p99);
       f.rtt_jitter_s = std::max(f.rtt_jitter_s, p99 - p50);
+      if (std::optional<Link> l = linkOf(s)) {
+        LinkSignals& ls = f.links[int(*l)];
+        ls.seen = f.has_links = true;
+        ls.samples += s.count;
+        if (p50 > ls.rtt_p50_s || ls.worst_rank < 0) {
+          const std::string* peer = label(s, "peer_node");
+          ls.worst_peer_node = peer != nullptr ? *peer : "";
+          ls.worst_rank = rankOf(s);
+        }
+        ls.rtt_p50_s = std::max(ls.rtt_p50_s, p50);
+        ls.rtt_p99_s = std::max(ls.rtt_p99_s, p99);
+        ls.rtt_jitter_s = std::max(ls.rtt_jitter_s, p99 - p50);
+      }
     } else if (name == m::kTransportRetransmits.name) {
       f.retransmits_per_s += perSecond(s);
     } else if (name == m::kMigrations.name) {
@@ -146,6 +182,19 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
 
   f.has_steps = !ranks.empty();
   f.ranks = int(ranks.size());
+  if (!step_p50_by_rank.empty()) {
+    std::vector<double> p50s;
+    for (const auto& [rank, p50] : step_p50_by_rank) {
+      p50s.push_back(p50);
+      if (p50 > f.slowest_step_p50_s) {
+        f.slowest_step_p50_s = p50;
+        f.slowest_rank = rank;
+      }
+    }
+    std::nth_element(p50s.begin(), p50s.begin() + long(p50s.size() / 2), p50s.end());
+    const double median = p50s[p50s.size() / 2];
+    if (median > 0) f.straggler_ratio = f.slowest_step_p50_s / median;
+  }
   if (step_sum > 0) f.allreduce_share = std::clamp(allreduce_sum / step_sum, 0.0, 1.0);
   f.numa_local_faults_per_s = local_faults;
   f.numa_remote_faults_per_s = remote_faults;
@@ -208,6 +257,22 @@ nlohmann::json featuresJson(const Features& f) {
   j["rtt_p50_s"] = f.rtt_p50_s;
   j["rtt_jitter_s"] = f.rtt_jitter_s;
   j["retransmits_per_s"] = f.retransmits_per_s;
+  if (f.has_links) {
+    nlohmann::json links = nlohmann::json::object();
+    for (int l = 0; l < kLinkCount; ++l) {
+      const LinkSignals& ls = f.links[l];
+      if (!ls.seen) continue;
+      links[std::string(linkName(Link(l)))] = {{"rtt_p50_s", ls.rtt_p50_s},
+                                               {"rtt_jitter_s", ls.rtt_jitter_s},
+                                               {"queued_bytes_p99", ls.queued_bytes_p99},
+                                               {"samples", ls.samples},
+                                               {"worst_peer_node", ls.worst_peer_node},
+                                               {"worst_rank", ls.worst_rank}};
+    }
+    j["links"] = links;
+  }
+  j["slowest_rank"] = f.slowest_rank;
+  j["straggler_ratio"] = f.straggler_ratio;
   j["migrations_per_s"] = {{"cpu", f.migrations_per_s[0]},
                            {"llc", f.migrations_per_s[1]},
                            {"node", f.migrations_per_s[2]}};

@@ -21,6 +21,26 @@ namespace bpftrain::collector::controller {
 enum class MigrationScope : uint8_t { kCpu = 0, kLlc = 1, kNode = 2 };
 inline constexpr int kMigrationScopeCount = 3;
 
+// The transport's links by class, from the probes' `link` label: a topology's traffic pattern is
+// judged per class, so that one class's own large transfers do not look like congestion on the
+// other (hierarchical's leaders keep inter-host RTT high while the same-host links are idle).
+enum class Link : uint8_t { kSameHost = 0, kOtherHost = 1 };
+inline constexpr int kLinkCount = 2;
+std::string_view linkName(Link l);  // "same_host", "other_host"
+
+// One link class's transport signals over the window: the worst series' quantiles (series are
+// per rank and peer node), RTT in seconds, bytes queued and unacknowledged.
+struct LinkSignals {
+  bool seen = false;     // some series of this class had samples in the window
+  uint64_t samples = 0;  // RTT samples in the window, all series of the class
+  double rtt_p50_s = 0;
+  double rtt_p99_s = 0;
+  double rtt_jitter_s = 0;  // p99 - p50 of the worst series
+  double queued_bytes_p99 = 0;
+  std::string worst_peer_node;  // the peer node of the series with the highest RTT median
+  int worst_rank = -1;          // and its rank
+};
+
 struct Features {
   std::string job;
   int64_t now_ns = 0;
@@ -59,6 +79,15 @@ struct Features {
   double rtt_p99_s = 0;
   double rtt_jitter_s = 0;
   double retransmits_per_s = 0;
+  // The same per link class; `has_links` is false when no series carries a link label (probes
+  // of an older collector, or other transports), and then only the totals above exist.
+  bool has_links = false;
+  std::array<LinkSignals, kLinkCount> links{};
+
+  // Stragglers: each rank's step-time median, and the slowest rank against the median rank.
+  int slowest_rank = -1;
+  double slowest_step_p50_s = 0;
+  double straggler_ratio = 1;  // slowest rank's p50 / the median over ranks of their p50
 
   // Scheduler and memory (BPF probes), per second over the window, summed over ranks.
   std::array<double, kMigrationScopeCount> migrations_per_s{};

@@ -1,6 +1,7 @@
 #include "collector/controller/rules_policy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 namespace bpftrain::collector::controller {
@@ -35,54 +36,77 @@ std::string fmt(const char* f, double a, double b) {
 
 }  // namespace
 
-RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why) const {
+RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::string& why) const {
   const RulesConfig& c = config_;
-  if (f.has_transport) {
-    // Checked in order: the first threshold a signal reaches names the reason.
-    struct Trigger {
-      const char* what;
-      const char* unit;
-      double Features::*value;
-      double RulesConfig::*threshold;
-      Signal signal;
-    };
-    static constexpr Trigger kTriggers[] = {
-        {"queued_bytes_p99", "B", &Features::queued_bytes_p99, &RulesConfig::queued_bytes_severe,
-         Signal::kSevere},
-        {"rtt_jitter", "s", &Features::rtt_jitter_s, &RulesConfig::rtt_jitter_severe_s,
-         Signal::kSevere},
-        {"queued_bytes_p99", "B", &Features::queued_bytes_p99, &RulesConfig::queued_bytes_high,
-         Signal::kCongested},
-        {"rtt_jitter", "s", &Features::rtt_jitter_s, &RulesConfig::rtt_jitter_high_s,
-         Signal::kCongested},
-        {"rtt_p50", "s", &Features::rtt_p50_s, &RulesConfig::rtt_p50_high_s, Signal::kCongested},
-    };
-    for (const Trigger& t : kTriggers) {
-      const double value = f.*t.value, threshold = c.*t.threshold;
-      if (value < threshold) continue;
-      const bool bytes = t.unit[0] == 'B';
-      char buf[160];
-      std::snprintf(buf, sizeof buf, bytes ? "%s=%.0f%s >= %s%.0f%s" : "%s=%.4f%s >= %s%.4f%s",
-                    t.what, value, t.unit, t.signal == Signal::kSevere ? "severe " : "", threshold,
-                    t.unit);
-      why = buf;
-      return t.signal;
-    }
-    // No bandwidth test here: a rung's bandwidth swings with CPU load on a shared host (the demo
-    // saw hierarchical at 0.75x its congested-phase best after the congestion lifted). A false
-    // all-clear costs one retry of the lower rung, and failed retries back off (decide()).
-    // Queued bytes are capped by the socket buffers (primed to wmem_max), so with large gradients
-    // they sit near the low threshold congested or not (8.29 MB in the demo's clear phase): only
-    // RTT needs to fall below its low thresholds; queue depth must merely not signal congestion.
-    if (f.queued_bytes_p99 < c.queued_bytes_high && f.rtt_jitter_s < c.rtt_jitter_low_s &&
-        f.rtt_p50_s < c.rtt_p50_low_s) {
-      why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", f.rtt_p50_s,
-                f.rtt_jitter_s);
-      return Signal::kClear;
-    }
-    why = "between thresholds";
-    return Signal::kNeutral;
+  // Checked in order: the first threshold a signal reaches names the reason.
+  struct Trigger {
+    const char* what;
+    const char* unit;
+    double TransportView::*value;
+    double RulesConfig::*threshold;
+    Signal signal;
+  };
+  static constexpr Trigger kTriggers[] = {
+      {"queued_bytes_p99", "B", &TransportView::queued_bytes_p99, &RulesConfig::queued_bytes_severe,
+       Signal::kSevere},
+      {"rtt_jitter", "s", &TransportView::rtt_jitter_s, &RulesConfig::rtt_jitter_severe_s,
+       Signal::kSevere},
+      {"queued_bytes_p99", "B", &TransportView::queued_bytes_p99, &RulesConfig::queued_bytes_high,
+       Signal::kCongested},
+      {"rtt_jitter", "s", &TransportView::rtt_jitter_s, &RulesConfig::rtt_jitter_high_s,
+       Signal::kCongested},
+      {"rtt_p50", "s", &TransportView::rtt_p50_s, &RulesConfig::rtt_p50_high_s, Signal::kCongested},
+  };
+  for (const Trigger& t : kTriggers) {
+    const double value = v.*t.value, threshold = c.*t.threshold;
+    if (value < threshold) continue;
+    const bool bytes = t.unit[0] == 'B';
+    char buf[160];
+    std::snprintf(buf, sizeof buf, bytes ? "%s=%.0f%s >= %s%.0f%s" : "%s=%.4f%s >= %s%.4f%s",
+                  t.what, value, t.unit, t.signal == Signal::kSevere ? "severe " : "", threshold,
+                  t.unit);
+    why = buf;
+    return t.signal;
   }
+  // No bandwidth test here: a rung's bandwidth swings with CPU load on a shared host (the demo
+  // saw hierarchical at 0.75x its congested-phase best after the congestion lifted). A false
+  // all-clear costs one retry of the lower rung, and failed retries back off (decide()).
+  // Queued bytes are capped by the socket buffers (primed to wmem_max), so with large gradients
+  // they sit near the low threshold congested or not (8.29 MB in the demo's clear phase): only
+  // RTT needs to fall below its low thresholds; queue depth must merely not signal congestion.
+  if (v.queued_bytes_p99 < c.queued_bytes_high && v.rtt_jitter_s < c.rtt_jitter_low_s &&
+      v.rtt_p50_s < c.rtt_p50_low_s) {
+    why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", v.rtt_p50_s,
+              v.rtt_jitter_s);
+    return Signal::kClear;
+  }
+  why = "between thresholds";
+  return Signal::kNeutral;
+}
+
+RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, int* link) const {
+  const RulesConfig& c = config_;
+  *link = -1;
+  if (f.has_transport && f.has_links) {
+    // The worst link class decides; a class with no traffic in the window says nothing.
+    Signal worst = Signal::kClear;
+    bool any = false;
+    for (int l = 0; l < kLinkCount; ++l) {
+      const LinkSignals& ls = f.links[l];
+      if (!ls.seen) continue;
+      std::string link_why;
+      Signal s = classifyTransport({ls.queued_bytes_p99, ls.rtt_jitter_s, ls.rtt_p50_s}, link_why);
+      if (!any || s > worst) {
+        worst = s;
+        *link = l;
+        why = std::string(linkName(Link(l))) + ": " + link_why;
+      }
+      any = true;
+    }
+    if (any) return worst;
+  }
+  if (f.has_transport)
+    return classifyTransport({f.queued_bytes_p99, f.rtt_jitter_s, f.rtt_p50_s}, why);
   // No transport probe: judge by bus bandwidth against the best seen (busbw is normalised the
   // same way for every algorithm, so the comparison holds across topologies).
   if (f.busbw_window <= 0 || ring_busbw_best_ <= 0) {
@@ -111,43 +135,82 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   if (cooldown_ns_ < 0) cooldown_ns_ = config_.cooldown.count();
 
   std::string why;
-  Signal signal = classify(f, why);
+  int link = -1;
+  Signal signal = classify(f, why, &link);
   const int level = levelOf(current.topology);
   const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
+  if (on_rung_since_ns_ < 0) on_rung_since_ns_ = now_ns;
+  if (reprobe_ns_ < 0) reprobe_ns_ = config_.reprobe_after.count();
 
   // Consecutive steps asking for a higher rung than the current one.
   congested_steps_ = wanted > level ? congested_steps_ + 1 : 0;
-  // The all-clear for stepping down: below the low thresholds for ring; for the top rung,
-  // anything short of severe.
-  bool may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
-  if (level == 0 || !may_descend) {
+
+  // The all-clear for stepping down. With link classes: the link that caused the step up, clear
+  // (and the job not severe anywhere). Without: the job's totals below the low thresholds for
+  // ring; for the top rung, anything short of severe.
+  const bool by_link = f.has_links && trigger_link_ >= 0;
+  std::string clear_why;
+  bool may_descend = false;
+  if (level > 0 && by_link) {
+    const LinkSignals& ls = f.links[trigger_link_];
+    if (ls.seen && signal != Signal::kSevere) {
+      may_descend = classifyTransport({ls.queued_bytes_p99, ls.rtt_jitter_s, ls.rtt_p50_s},
+                                      clear_why) == Signal::kClear;
+      clear_why = std::string(linkName(Link(trigger_link_))) + ": " + clear_why;
+    }
+  } else if (level > 0) {
+    may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
+    clear_why = why;
+  }
+  if (!may_descend) {
     clear_since_ns_ = -1;
   } else if (clear_since_ns_ < 0) {
     clear_since_ns_ = now_ns;
   }
+  const int64_t hold = by_link ? config_.clear_hold.count() : cooldown_ns_;
 
-  const bool dwell_ok =
-      last_switch_ns_ < 0 || now_ns - last_switch_ns_ >= config_.min_dwell.count();
-  if (dwell_ok && congested_steps_ >= config_.escalate_steps) {
+  const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
+  const bool dwell_ok = since_switch >= config_.min_dwell.count();
+  // A failed probe of the lower rung must end quickly; other moves up wait the full dwell.
+  const bool escalate_ok =
+      dwell_ok || (last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
+                   since_switch >= config_.escalate_dwell.count());
+  if (escalate_ok && congested_steps_ >= config_.escalate_steps) {
     d.change = true;
     d.to.topology = topologyAt(wanted);
     d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
     d.detail = why;
+    trigger_link_ = link;
     if (last_descent_ns_ >= 0) {
       if (now_ns - last_descent_ns_ < config_.failed_descent_window.count()) {
         cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
-        d.detail += fmt("; the last step down failed after %.1fs: cooldown now %.0fs",
-                        double(now_ns - last_descent_ns_) * 1e-9, double(cooldown_ns_) * 1e-9);
+        reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
+        d.detail += fmt("; the last step down failed after %.1fs: next probe after %.0fs",
+                        double(now_ns - last_descent_ns_) * 1e-9,
+                        double(by_link || link >= 0 ? reprobe_ns_ : cooldown_ns_) * 1e-9);
       } else {
         cooldown_ns_ = config_.cooldown.count();
+        reprobe_ns_ = config_.reprobe_after.count();
       }
     }
-  } else if (dwell_ok && clear_since_ns_ >= 0 && now_ns - clear_since_ns_ >= cooldown_ns_) {
+  } else if (dwell_ok && clear_since_ns_ >= 0 && now_ns - clear_since_ns_ >= hold) {
     d.change = true;
     d.to.topology = topologyAt(level - 1);
     d.reason = "clear";
-    d.detail = why + fmt(" for %.1fs (cooldown %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
-                         double(cooldown_ns_) * 1e-9);
+    d.detail = clear_why + fmt(" for %.1fs (hold %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
+                               double(hold) * 1e-9);
+    last_descent_ns_ = now_ns;
+  } else if (dwell_ok && by_link && level > 0 && signal != Signal::kSevere &&
+             now_ns - on_rung_since_ns_ >= reprobe_ns_) {
+    // No verdict on the causing link from up here: try the lower rung; its own signals decide
+    // within a second or two whether to climb back.
+    d.change = true;
+    d.to.topology = topologyAt(level - 1);
+    d.reason = "reprobe";
+    d.detail = std::string(linkName(Link(trigger_link_))) +
+               fmt(" cannot be judged on this rung; probing the lower one after %.0fs (every "
+                   "%.0fs)",
+                   double(now_ns - on_rung_since_ns_) * 1e-9, double(reprobe_ns_) * 1e-9);
     last_descent_ns_ = now_ns;
   }
 
@@ -195,6 +258,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
 
   if (d.change && d.to == current) d.change = false;
   if (d.change) {
+    if (d.to.topology != current.topology) on_rung_since_ns_ = now_ns;
     last_switch_ns_ = now_ns;
     congested_steps_ = 0;
     pin_steps_ = 0;

@@ -1,8 +1,13 @@
-// Threshold rules: congestion signals (transport queue depth p99, RTT jitter; bus bandwidth drop
-// when no transport probe reports) move the topology one level at a time along
-// ring -> hierarchical -> halving-doubling and back. Escalating needs the signal for
-// `escalate_steps` consecutive steps; de-escalating needs the all-clear (below the lower
-// thresholds: hysteresis) for `cooldown`; no move at all within `min_dwell` of the last one.
+// Threshold rules: congestion signals (transport queue depth p99, RTT jitter and median per link
+// class; bus bandwidth drop when no transport probe reports) move the topology one level at a
+// time along ring -> hierarchical -> halving-doubling and back. Escalating needs the signal for
+// `escalate_steps` consecutive steps and `escalate_dwell` since the last move.
+// The way back is judged on the link class that caused the step up: clear there (below the low
+// thresholds, hysteresis) for `clear_hold` steps back down. A higher rung often cannot show that
+// link at all (hierarchical moves same-host traffic to shared memory) or loads it with its own
+// pattern (its leaders' large inter-host transfers keep RTT high), so without an all-clear the
+// lower rung is re-probed every `reprobe_after`, doubled after each probe that had to climb back
+// (up to `max_reprobe_after`): the failed-descent backoff.
 // Pinning is moved once, from none, by migration and cross-node signals.
 #pragma once
 
@@ -35,7 +40,16 @@ struct RulesConfig {
   double busbw_drop_fraction = 0.6;
   double busbw_clear_fraction = 0.85;
   int escalate_steps = 2;
+  // Without link labels (older probes): the all-clear must hold this long on the job's totals.
   std::chrono::nanoseconds cooldown = std::chrono::seconds(10);
+  // With link labels: the causing link clear this long steps down; without a verdict on it, the
+  // lower rung is re-probed after reprobe_after (doubled per failed probe up to the max).
+  std::chrono::nanoseconds clear_hold = std::chrono::seconds(2);
+  std::chrono::nanoseconds reprobe_after = std::chrono::seconds(8);
+  std::chrono::nanoseconds max_reprobe_after = std::chrono::seconds(32);
+  // A move up may follow a move down this soon (a failed probe must end quickly); any other
+  // move waits min_dwell.
+  std::chrono::nanoseconds escalate_dwell = std::chrono::seconds(1);
   // A higher rung can hide the congestion that put us there (hierarchical keeps most traffic
   // off the throttled links), so an all-clear there may be false. A step down that has to climb
   // back within `failed_descent_window` doubles the cooldown, up to `max_cooldown`; one that
@@ -65,7 +79,13 @@ class RulesPolicy final : public Policy {
 
  private:
   enum class Signal { kClear, kNeutral, kCongested, kSevere };
-  Signal classify(const Features& f, std::string& why) const;
+  // The transport signals of one link class, or of the job's totals.
+  struct TransportView {
+    double queued_bytes_p99, rtt_jitter_s, rtt_p50_s;
+  };
+  Signal classifyTransport(const TransportView& v, std::string& why) const;
+  // The job's signal: the worst link class's (its index in *link, -1 for totals or bandwidth).
+  Signal classify(const Features& f, std::string& why, int* link) const;
 
   RulesConfig config_;
   int congested_steps_ = 0;
@@ -77,6 +97,9 @@ class RulesPolicy final : public Policy {
   int64_t cooldown_ns_ =
       -1;  // the current all-clear cooldown (config_.cooldown, doubled on failure)
   int64_t last_descent_ns_ = -1;
+  int trigger_link_ = -1;    // the link class whose signal made the last step up (-1: none)
+  int64_t reprobe_ns_ = -1;  // the current re-probe interval (reprobe_after, doubled on failure)
+  int64_t on_rung_since_ns_ = -1;  // when the current rung was entered (re-probe clock)
 };
 
 }  // namespace bpftrain::collector::controller

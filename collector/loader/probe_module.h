@@ -60,7 +60,13 @@ class SampleSink {
   // The series of `metric` for the slot's target, with one extra label (or none).
   virtual window::SeriesId series(uint32_t slot, const metrics::MetricDef& metric,
                                   std::string_view label_name, std::string_view label_value) = 0;
+  // The same with several extra labels (at most 6).
+  virtual window::SeriesId series(uint32_t slot, const metrics::MetricDef& metric,
+                                  std::span<const window::Label> extra) = 0;
   virtual void record(window::SeriesId id, double value) = 0;
+  // The node (host name) the slot's target announced in its hello; empty when unknown (--pid,
+  // --cgroup, --all).
+  virtual std::string_view node(uint32_t slot) const = 0;
 
  protected:
   ~SampleSink() = default;
@@ -249,7 +255,12 @@ class RingProbeObject : public ProbeObject {
     return status;
   }
 
-  void releaseSlot(uint32_t slot) final { series_.forget(slot); }
+  void releaseSlot(uint32_t slot) final {
+    series_.forget(slot);
+    forgetSlot(slot);
+  }
+  // For modules that keep more per-slot state than series_ (e.g. tcp's per-link series).
+  virtual void forgetSlot(uint32_t) {}
 
  protected:
   SampleSink& sink() { return *sink_; }

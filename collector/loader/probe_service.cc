@@ -73,6 +73,7 @@ struct Slot {
   bool retired = false;  // its old target could not be removed from the maps: never reused
   std::string key;       // identity: "s<sender>:<pid>", "p<pid>", "c<path>"
   std::string job, rank;
+  std::string node;  // the host the target said it runs on (hello); empty when not said
   std::vector<uint32_t> tgids;
   uint64_t cgroup_id = 0;
   std::map<uint32_t, std::vector<LinkPtr>> target_links;  // per tgid (USDT)
@@ -82,6 +83,7 @@ struct WantedTarget {
   std::string job, rank;
   std::vector<uint32_t> tgids;
   uint64_t cgroup_id = 0;
+  std::string node;
 };
 
 class ProbeServiceImpl final : public ProbeService, private SampleSink {
@@ -127,6 +129,12 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
   }
   SeriesId series(uint32_t slot, const metrics::MetricDef& metric, std::string_view label_name,
                   std::string_view label_value) override;
+  SeriesId series(uint32_t slot, const metrics::MetricDef& metric,
+                  std::span<const Label> extra) override;
+  std::string_view node(uint32_t slot) const override {
+    return slot < slots_.size() && slot != BPFTRAIN_SLOT_ALL ? std::string_view(slots_[slot].node)
+                                                             : std::string_view();
+  }
   void record(SeriesId id, double value) override { record(id, value, poll_now_ns_); }
 
   ProbeOptions options_;
@@ -281,7 +289,7 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
   for (const auto& s : senders) {
     if (s.pid <= 0) continue;
     wanted["s" + std::to_string(s.sender_id) + ":" + std::to_string(s.pid)] =
-        WantedTarget{s.job, std::to_string(s.rank), {static_cast<uint32_t>(s.pid)}, 0};
+        WantedTarget{s.job, std::to_string(s.rank), {static_cast<uint32_t>(s.pid)}, 0, s.node};
   }
   for (size_t i = 0; i < options_.pids.size(); ++i) {
     if (options_.pids[i] <= 0) continue;
@@ -290,12 +298,12 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
     for (const auto& s : senders) known |= s.pid == options_.pids[i];
     if (!known)
       wanted["p" + std::to_string(options_.pids[i])] =
-          WantedTarget{"manual", std::to_string(i), {static_cast<uint32_t>(options_.pids[i])}, 0};
+          WantedTarget{"manual", std::to_string(i), {static_cast<uint32_t>(options_.pids[i])}, 0, {}};
   }
   for (size_t i = 0; i < options_.cgroups.size(); ++i) {
     struct stat st {};
     if (::stat(options_.cgroups[i].c_str(), &st) != 0) continue;  // reported once at create()
-    wanted["c" + options_.cgroups[i]] = WantedTarget{"cgroup", std::to_string(i), {}, st.st_ino};
+    wanted["c" + options_.cgroups[i]] = WantedTarget{"cgroup", std::to_string(i), {}, st.st_ino, {}};
   }
   // Release what is gone, then give new targets the lowest free slots (slot 0 is --all's).
   std::set<std::string> present;
@@ -386,6 +394,7 @@ void ProbeServiceImpl::assignSlot(size_t index, const std::string& key,
   slot.key = key;
   slot.job = target.job;
   slot.rank = target.rank;
+  slot.node = target.node;
   slot.tgids = target.tgids;
   slot.cgroup_id = target.cgroup_id;
   const uint32_t value = static_cast<uint32_t>(index);
@@ -421,6 +430,18 @@ SeriesId ProbeServiceImpl::series(uint32_t slot, const metrics::MetricDef& metri
   Label labels[3] = {{"job", job}, {"rank", rank}, {label_name, label_value}};
   return window::lookupMetric(*store_, metric,
                               std::span<const Label>(labels, label_name.empty() ? 2 : 3));
+}
+
+SeriesId ProbeServiceImpl::series(uint32_t slot, const metrics::MetricDef& metric,
+                                  std::span<const Label> extra) {
+  const bool all = slot == BPFTRAIN_SLOT_ALL;
+  const std::string_view job = all ? std::string_view("all") : slots_[slot].job;
+  const std::string_view rank = all ? std::string_view("all") : slots_[slot].rank;
+  constexpr size_t kMaxExtra = 6;
+  if (extra.size() > kMaxExtra) return window::kRejectedSeries;
+  Label labels[2 + kMaxExtra] = {{"job", job}, {"rank", rank}};
+  std::copy(extra.begin(), extra.end(), labels + 2);
+  return window::lookupMetric(*store_, metric, std::span<const Label>(labels, 2 + extra.size()));
 }
 
 SeriesId ProbeServiceImpl::probeSeries(const metrics::MetricDef& metric, std::string_view probe) {

@@ -181,11 +181,18 @@ class ShardedSeriesStore final : public SeriesStore {
   }
 
   std::vector<SeriesSnapshot> snapshot(int64_t now_ns) const override {
+    return snapshotWindow(now_ns, config_.window);
+  }
+
+  std::vector<SeriesSnapshot> snapshotWindow(int64_t now_ns,
+                                             std::chrono::nanoseconds window) const override {
+    const int steps = int(std::max<int64_t>(1, window.count() / config_.step.count()));
     const uint32_t n = count_.load(std::memory_order_acquire);
     std::vector<SeriesSnapshot> out;
     out.reserve(n);
     Sketch scratch(config_.relative_error);
-    for (uint32_t id = 0; id < n; ++id) out.push_back(snapshotOf(*seriesAt(id), now_ns, scratch));
+    for (uint32_t id = 0; id < n; ++id)
+      out.push_back(snapshotOf(*seriesAt(id), now_ns, scratch, steps));
     return out;
   }
 
@@ -316,7 +323,8 @@ class ShardedSeriesStore final : public SeriesStore {
     return slots_[id].load(std::memory_order_acquire);
   }
 
-  SeriesSnapshot snapshotOf(const Series& s, int64_t now_ns, Sketch& scratch) const {
+  SeriesSnapshot snapshotOf(const Series& s, int64_t now_ns, Sketch& scratch,
+                            int steps = -1) const {
     SeriesSnapshot snap;
     snap.name = s.name;
     snap.labels = s.labels;
@@ -334,7 +342,7 @@ class ShardedSeriesStore final : public SeriesStore {
     for (int w = 0; w < writers_; ++w) {
       Shard& shard = s.shards[size_t(w)];
       shard.lock.lock();
-      shard.window.collect(now_ns, agg, dist ? &scratch : nullptr);
+      shard.window.collect(now_ns, agg, dist ? &scratch : nullptr, steps);
       total += shard.total;
       if (shard.buckets)
         for (size_t b = 0; b < snap.bucket_counts.size(); ++b)
@@ -357,7 +365,7 @@ class ShardedSeriesStore final : public SeriesStore {
       snap.bucket_counts[b] += snap.bucket_counts[b - 1];
     if (first_step != std::numeric_limits<int64_t>::max()) {
       const double amount = s.kind == SeriesKind::kCounter ? agg.sum : double(agg.count);
-      snap.rate = s.shards[0].window.rate(amount, now_ns, first_step);
+      snap.rate = s.shards[0].window.rate(amount, now_ns, first_step, steps);
     }
     if (dist) {
       snap.quantiles.reserve(std::size(kExportedQuantiles));

@@ -96,6 +96,14 @@ class SeriesStore {
   virtual void record(int writer, SeriesId id, double value, int64_t now_ns) = 0;
 
   virtual std::vector<SeriesSnapshot> snapshot(int64_t now_ns) const = 0;
+  // The same over a shorter window: the completed steps within `window` of now (at least one)
+  // plus the step in progress. The controller reads ~1 s while the exposition keeps the full
+  // window. A `window` at or above config().window is the full window.
+  virtual std::vector<SeriesSnapshot> snapshotWindow(int64_t now_ns,
+                                                     std::chrono::nanoseconds window) const {
+    (void)window;  // stores without windows (test doubles) have only one view
+    return snapshot(now_ns);
+  }
   // One series (the controller's features); empty optional-like result: count == 0 and name empty.
   virtual SeriesSnapshot snapshotOne(SeriesId id, int64_t now_ns) const = 0;
 

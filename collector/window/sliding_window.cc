@@ -54,9 +54,13 @@ bool SlidingWindow::mergeAt(int64_t now_ns, const StepAggregate& agg, const Sket
   return true;
 }
 
-void SlidingWindow::collect(int64_t now_ns, StepAggregate& agg, Sketch* sketch) const {
+int SlidingWindow::stepsOr(int steps) const {
+  return steps < 0 || steps > spec_.steps ? spec_.steps : steps;
+}
+
+void SlidingWindow::collect(int64_t now_ns, StepAggregate& agg, Sketch* sketch, int steps) const {
   // Buckets written by a writer whose clock read slightly ahead of ours count too.
-  const int64_t oldest = stepOf(now_ns) - spec_.steps;
+  const int64_t oldest = stepOf(now_ns) - stepsOr(steps);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const Bucket& b = buckets_[i];
     if (b.step < oldest || b.agg.count == 0) continue;
@@ -75,8 +79,8 @@ bool SlidingWindow::collectStep(int64_t step, StepAggregate& agg, Sketch* sketch
   return true;
 }
 
-double SlidingWindow::rate(double amount, int64_t now_ns, int64_t first_step) const {
-  const int64_t window_start = (stepOf(now_ns) - spec_.steps) * spec_.step_ns;
+double SlidingWindow::rate(double amount, int64_t now_ns, int64_t first_step, int steps) const {
+  const int64_t window_start = (stepOf(now_ns) - stepsOr(steps)) * spec_.step_ns;
   const int64_t start = std::max(window_start, first_step * spec_.step_ns);
   const int64_t covered = std::max(now_ns - start, spec_.step_ns);
   return amount / (double(covered) * 1e-9);

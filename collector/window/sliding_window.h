@@ -65,13 +65,14 @@ class SlidingWindow {
   bool mergeAt(int64_t now_ns, const StepAggregate& agg, const Sketch* sketch);
 
   // Adds the buckets inside the window ending at now_ns to `agg` and `sketch` (if not null).
-  void collect(int64_t now_ns, StepAggregate& agg, Sketch* sketch) const;
+  // `steps` < spec().steps narrows the window to that many completed steps (plus the current).
+  void collect(int64_t now_ns, StepAggregate& agg, Sketch* sketch, int steps = -1) const;
   // Adds one step's bucket; false when that step is not in the ring or has no samples.
   bool collectStep(int64_t step, StepAggregate& agg, Sketch* sketch) const;
 
   // Rate of `amount` over the window ending at now_ns, for a series whose first sample was in
   // step first_step: amount / seconds covered (never less than one step).
-  double rate(double amount, int64_t now_ns, int64_t first_step) const;
+  double rate(double amount, int64_t now_ns, int64_t first_step, int steps = -1) const;
 
   // Earliest step that ever received a sample (for rates of young series); INT64_MAX if none.
   int64_t firstStep() const { return first_step_; }
@@ -88,6 +89,7 @@ class SlidingWindow {
     int64_t step = std::numeric_limits<int64_t>::min();
     StepAggregate agg;
   };
+  int stepsOr(int steps) const;  // `steps` clamped to the ring; -1: the whole window
   // The bucket for `step`, reset if it held an older step; null if it holds a newer one.
   size_t slotFor(int64_t step, bool& ok);
 

@@ -1,24 +1,32 @@
 // tcp: the TCP transport of target processes. Counters for retransmits and samples taken; a ring
 // buffer of per-socket samples (at most one per socket per sample interval, a rodata setting)
-// that become the queued-bytes, in-flight-bytes and RTT distributions.
+// that become the queued-bytes, in-flight-bytes and RTT distributions, per rank and per link:
+// `link` says whether the peer is on the same host or another one, `peer_node` which host.
 #include "bpf/tcp.h"
 
+#include <array>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/loader/link_book.h"
 #include "collector/loader/probe_module.h"
 #include "tcp.skel.h"
 
 namespace bpftrain::collector::loader::probes::tcp {
 namespace {
 
-class Object final : public RingProbeObject<tcp_sample, 3> {
+class Object final : public RingProbeObject<tcp_sample, 1> {
  public:
   void onSample(const tcp_sample& sample) override {
     if (!sink().live(sample.slot)) return;
-    auto& ids = series_[sample.slot];
-    if (!series_.known(sample.slot)) {
-      ids[0] = sink().series(sample.slot, metrics::kTransportQueuedBytes, "transport", "tcp");
-      ids[1] = sink().series(sample.slot, metrics::kTransportRttSeconds, "transport", "tcp");
-      ids[2] = sink().series(sample.slot, metrics::kTransportInflightBytes, "transport", "tcp");
-    }
+    const std::string_view own = sink().node(sample.slot);
+    const LinkAddress src = LinkAddress::of(sample.family, sample.saddr);
+    const LinkAddress dst = LinkAddress::of(sample.family, sample.daddr);
+    book_.learn(src, own);
+    const LinkBook::Peer peer = book_.classify(src, dst, own);
+    std::array<window::SeriesId, 3>& ids = seriesFor(sample.slot, peer);
     // Queued bytes are what the application wrote and the peer has not acknowledged (SIOCOUTQ).
     // Bytes in flight alone fall when the receiver is slow (its window closes), so they are kept
     // as their own series.
@@ -26,6 +34,29 @@ class Object final : public RingProbeObject<tcp_sample, 3> {
     sink().record(ids[1], sample.srtt_us * 1e-6);
     sink().record(ids[2], sample.bytes_in_flight);
   }
+
+  void forgetSlot(uint32_t slot) override {
+    for (auto it = links_.begin(); it != links_.end();)
+      it = uint32_t(it->first >> 32) == slot ? links_.erase(it) : std::next(it);
+  }
+
+ private:
+  // The series of one (slot, link); created on the link's first sample (allocation only then).
+  std::array<window::SeriesId, 3>& seriesFor(uint32_t slot, const LinkBook::Peer& peer) {
+    const uint64_t key = (uint64_t(slot) << 32) | peer.id;
+    auto [it, created] = links_.try_emplace(key);
+    if (created) {
+      const window::Label labels[] = {
+          {"transport", "tcp"}, {"link", linkClassName(peer.link)}, {"peer_node", peer.node}};
+      it->second = {sink().series(slot, metrics::kTransportQueuedBytes, labels),
+                    sink().series(slot, metrics::kTransportRttSeconds, labels),
+                    sink().series(slot, metrics::kTransportInflightBytes, labels)};
+    }
+    return it->second;
+  }
+
+  LinkBook book_;
+  std::unordered_map<uint64_t, std::array<window::SeriesId, 3>> links_;
 };
 
 const ProbeDef kProbes[] = {

@@ -70,6 +70,81 @@ JobState severe() {
   return j;
 }
 
+// A topology-aware signal model per link class, from the levels the tcp probe measured on netlab
+// (issue: hierarchical's leaders keep the inter-host RTT at 2.5-5 ms whether or not anything is
+// congested, and its same-host stage runs through shared memory, so no same-host TCP at all).
+enum class Phase { kClear, kIntraHostCongested, kUplinkCongested };
+JobState linkModel(Phase phase, const Arm& arm) {
+  JobState j;
+  const bool ring = arm.topology == Topology::kRing;
+  if (ring) {
+    j.same_host = {phase == Phase::kIntraHostCongested ? 9e-3 : 0.2e-3,
+                   phase == Phase::kIntraHostCongested ? 33e-3 : 1.5e-3, 6e6};
+    j.other_host = {phase == Phase::kUplinkCongested ? 9e-3 : 1.3e-3,
+                    phase == Phase::kUplinkCongested ? 33e-3 : 6.5e-3, 6e6};
+  } else {
+    j.other_host = {phase == Phase::kUplinkCongested ? 9e-3 : 3.5e-3,
+                    phase == Phase::kUplinkCongested ? 30e-3 : 12e-3, 7e6};
+  }
+  return j;
+}
+
+std::vector<Switch> runPhases(RulesPolicy& p, double seconds,
+                              const std::function<Phase(double)>& phase) {
+  return runOnArm(p, seconds, [&](double t, const Arm& a) { return linkModel(phase(t), a); });
+}
+
+// The demo's scenario: same-host links congested, then lifted. Up within ~1 s; the way back
+// comes from probing the ring (hierarchical cannot show same-host links), and probes that fail
+// climb back within ~1.5 s and back off.
+TEST(RulesPolicy, IntraHostCongestionUpAndBackByProbingTheRing) {
+  RulesPolicy p;
+  auto sw = runPhases(p, 110, [](double t) {
+    return t >= 30 && t < 70 ? Phase::kIntraHostCongested : Phase::kClear;
+  });
+  ASSERT_GE(sw.size(), 2u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_GE(sw[0].t, 30.0);
+  EXPECT_LE(sw[0].t, 31.0);
+  int failed_probes = 0;
+  for (size_t i = 1; i + 1 < sw.size(); i += 2) {
+    EXPECT_EQ(sw[i].reason, "reprobe");
+    EXPECT_EQ(sw[i].to.topology, Topology::kRing);
+    if (sw[i].t < 70) {
+      ++failed_probes;
+      EXPECT_EQ(sw[i + 1].to.topology, Topology::kHierarchical);
+      EXPECT_LE(sw[i + 1].t - sw[i].t, 1.6) << "a failed probe must end quickly";
+    }
+  }
+  EXPECT_GE(failed_probes, 1);
+  EXPECT_LE(failed_probes, 4);
+  // Ends on the ring, reached at most one (backed-off) probe interval after the lift.
+  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
+  EXPECT_GE(sw.back().t, 70.0);
+  EXPECT_LE(sw.back().t, 70.0 + 32.5);
+  for (const Switch& s : sw) EXPECT_NE(s.to.topology, Topology::kHalvingDoubling);
+}
+
+// One host's uplink congested: the ring's inter-host links show it. On hierarchical the leaders'
+// own traffic keeps that link's RTT high, which must not read as congestion once it lifts.
+TEST(RulesPolicy, UplinkCongestionUpAndBackDespiteTheLeadersOwnRtt) {
+  RulesPolicy p;
+  auto sw = runPhases(
+      p, 110, [](double t) { return t >= 30 && t < 70 ? Phase::kUplinkCongested : Phase::kClear; });
+  ASSERT_GE(sw.size(), 2u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_LE(sw[0].t, 31.0);
+  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
+  EXPECT_LE(sw.back().t, 70.0 + 32.5);
+  for (const Switch& s : sw) EXPECT_NE(s.to.topology, Topology::kHalvingDoubling);
+}
+
+// Clear links for a minute: nothing to do.
+TEST(RulesPolicy, SteadyClearLinksMakeNoDecision) {
+  RulesPolicy p;
+  EXPECT_TRUE(runPhases(p, 60, [](double) { return Phase::kClear; }).empty());
+}
+
 TEST(RulesPolicy, SwitchesUnderCongestionAndComesBackAfterIt) {
   RulesPolicy p;
   auto sw = run(p, 120, [](double t) { return t >= 20 && t < 60 ? congested() : clear(); });

@@ -80,6 +80,14 @@ struct JobState {
   bool has_transport = true;
   double queued_bytes_p50 = 16e3, queued_bytes_p99 = 64e3;
   double rtt_p50 = 100e-6, rtt_p99 = 300e-6;
+  // Per link class, as the tcp probe labels them (link, peer_node): used instead of the
+  // unlabelled series above when either is present (rtt_p50 >= 0); an absent class had no
+  // traffic in the window.
+  struct LinkState {
+    double rtt_p50 = -1, rtt_p99 = 0, queued_bytes_p99 = 1e6;
+    bool present() const { return rtt_p50 >= 0; }
+  };
+  LinkState same_host, other_host;
 };
 
 inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
@@ -94,7 +102,19 @@ inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
     v.push_back(gauge("bpftrain_pinning", jr(j.job, r), j.pinning));
     v.push_back(gauge("bpftrain_config_epoch", jr(j.job, r), double(j.epoch)));
     v.push_back(gauge("bpftrain_checkpoint_active", jr(j.job, r), j.checkpoint ? 1 : 0));
-    if (j.has_transport) {
+    if (j.has_transport && (j.same_host.present() || j.other_host.present())) {
+      for (int link = 0; link < 2; ++link) {
+        const JobState::LinkState& ls = link == 0 ? j.same_host : j.other_host;
+        if (!ls.present()) continue;
+        auto l = jr(j.job, r);
+        l.push_back({"transport", "tcp"});
+        l.push_back({"link", link == 0 ? "same_host" : "other_host"});
+        l.push_back({"peer_node", link == 0 ? "node0" : "node1"});
+        v.push_back(dist("bpftrain_transport_queued_bytes", l, ls.queued_bytes_p99 / 4,
+                         ls.queued_bytes_p99));
+        v.push_back(dist("bpftrain_transport_rtt_seconds", l, ls.rtt_p50, ls.rtt_p99));
+      }
+    } else if (j.has_transport) {
       auto l = jr(j.job, r);
       l.push_back({"transport", "tcp"});
       v.push_back(
