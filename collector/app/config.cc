@@ -80,6 +80,14 @@ const std::map<std::string, Setting>& settings() {
           c.step = *d;
           return {};
         }}},
+      {"controller_window",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto d = parseDuration(v);
+          if (!d || d->count() <= 0) return "expected a duration like 1s or 1500ms" + got(v);
+          c.controller_window = *d;
+          return {};
+        }}},
       {"no_bpf",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -189,12 +197,15 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"pid",
        {false, true,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          pid_t p;
-          if (!parseInt(v, p) || p <= 0) return "expected a process id" + got(v);
-          c.pids.push_back(p);
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           pid_t p;
+                                                           if (!parseInt(v, p) || p <= 0)
+                                                             return "expected a process id" +
+                                                                    got(v);
+                                                           c.pids.push_back(p);
+                                                           return {};
+                                                         }}},
       {"cgroup",
        {false, true,
         [](CollectorConfig& c,
@@ -254,7 +265,7 @@ bool applyFile(const std::string& path, CollectorConfig& out, std::string& error
   json doc;
   try {
     doc = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error; out_of_range for a number that overflows
     error = "--config " + path + ": not valid JSON (" + e.what() + ")";
     return false;
   }
@@ -434,6 +445,8 @@ const char* collectorUsage() {
          "  --job NAME             job to steer (default: the first job seen)\n"
          "  --decisions-log FILE   controller decisions as JSON lines\n"
          "  --features-log FILE    what the controller saw, a JSON line every 2 s\n"
+         "  --controller-window D  the window the controller reads (1s; Prometheus keeps "
+         "--window)\n"
          "  --log-level debug|info|warn|error\n"
          "SIGHUP reloads --config: upstream and log level apply live, the rest (max series\n"
          "among them) needs a restart and the log says so; SIGTERM stops.\n";
