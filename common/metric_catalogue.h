@@ -112,10 +112,14 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "PMU node read miss", "Sampled loads served by another NUMA node (only with a hardware PMU)")  \
   X(kNodeLoads, "bpftrain_node_loads", kCounter, "loads", "job rank", "PMU node read access",      \
     "Sampled loads that reached a NUMA node's memory (only with a hardware PMU)")                 \
-  X(kNumaHintFaults, "bpftrain_numa_hint_faults", kCounter, "faults", "job rank locality",          \
-    "none yet (probe numa_hint_faults)",                                                           \
-    "NUMA hinting faults of a rank on local or remote memory; not emitted yet: no kernel here "   \
-    "lets a BPF program see them, and probe numa_hint_faults is down saying why")                 \
+  X(kNumaHintFaults, "bpftrain_numa_hint_faults", kCounter, "faults", "job rank locality",         \
+    "kprobe task_numa_fault",                                                                      \
+    "NUMA hinting faults of a rank's threads: locality local (the page was on the faulting "       \
+    "CPU's node) or remote; only where kprobes work (probe numa_hint_faults)")                     \
+  X(kNumaFaultLocality, "bpftrain_numa_fault_locality", kGauge, "1", "job rank",                   \
+    "/proc/PID/task/TID/sched numa_faults",                                                        \
+    "Share of a rank's recent NUMA hinting faults on memory of the node its threads run on (the "  \
+    "kernel's decaying per-task statistics; 1 = all local); wherever NUMA balancing runs")         \
   X(kTransportQueuedBytes, "bpftrain_transport_queued_bytes", kDistribution, "bytes",              \
     "job rank transport", "tp_btf tcp:tcp_probe",                                                  \
     "Bytes a rank's sockets queued and the peer has not acknowledged (write_seq - snd_una): "     \
