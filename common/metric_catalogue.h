@@ -170,6 +170,9 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "collector", "Datagrams, frames or lines rejected as malformed, by reason")                   \
   X(kCollectorDropped, "bpftrain_collector_dropped", kCounter, "samples", "reason", "collector",   \
     "Well-formed samples or frames not stored, by reason")                                         \
+  X(kCollectorStatsdIgnored, "bpftrain_collector_statsd_ignored", kCounter, "items", "reason",     \
+    "collector", "StatsD input understood and not stored: DogStatsD events and service checks "    \
+    "(lines), value-less tags (tags; the line is kept)")                                           \
   X(kCollectorFramesLost, "bpftrain_collector_frames_lost", kCounter, "frames", "", "collector",   \
     "Frames missing from senders' sequence numbers (lost between sender and collector)")          \
   X(kCollectorKernelDrops, "bpftrain_collector_kernel_drops", kCounter, "datagrams", "",           \

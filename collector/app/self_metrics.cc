@@ -47,6 +47,10 @@ std::vector<MetricFamily> SelfMetrics::Collect() const {
       metrics::kCollectorDropped, "reason", 0, size_t(DropReason::kCount),
       [&](size_t i) { return t.dropped[i]; },
       [](size_t i) { return ingest::dropReasonName(DropReason(i)); });
+  perValue(  // reason 0 is "none"
+      metrics::kCollectorStatsdIgnored, "reason", 1, size_t(ingest::IgnoredReason::kCount),
+      [&](size_t i) { return t.ignored[i]; },
+      [](size_t i) { return ingest::ignoredReasonName(ingest::IgnoredReason(i)); });
   const ClientMetric::Label none;
   push(metrics::kCollectorFramesLost, {{double(t.frames_lost), none}});
   push(metrics::kCollectorKernelDrops, {{double(t.kernel_drops), none}});

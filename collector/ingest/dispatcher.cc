@@ -38,7 +38,17 @@ Dispatcher::Dispatcher(window::SeriesStore& store, SenderRegistry& registry, Ing
       registry_(registry),
       stats_(stats),
       writer_(writer),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  if (!options_.statsd_state)
+    options_.statsd_state = std::make_shared<StatsdState>(store_.config());
+}
+
+void Dispatcher::tick(int64_t now_ns) {
+  int64_t step = store_.stepOf(now_ns);
+  if (step == last_tick_step_) return;
+  last_tick_step_ = step;
+  options_.statsd_state->refreshSets(store_, writer_, now_ns);
+}
 
 void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns) {
   IngestStats::bump(stats_.datagrams);
@@ -224,18 +234,31 @@ void Dispatcher::handleStatsdLine(std::string_view line, int64_t now_ns) {
     stats_.error(*err);
     return;
   }
-  // Series key: type, name and tags as sent (value and rate excluded), built in a fixed buffer.
+  if (l.ignored != IgnoredReason::kNone) {
+    stats_.ignore(l.ignored);
+    return;
+  }
+  // Series key: type, name field, tags and container as sent (value and rate excluded), built in
+  // a fixed buffer.
   char* k = key_buf_.data();
-  size_t key_len = 2 + l.name.size() + 1 + l.tags_raw.size();
+  size_t key_len = 2 + l.key_name.size() + 1 + l.tags_raw.size() + 1 + l.container.size();
   if (key_len > key_buf_.size()) {
     stats_.error(DecodeReason::kOversized);
     return;
   }
-  k[0] = char('0' + int(l.type));
-  k[1] = '|';
-  std::memcpy(k + 2, l.name.data(), l.name.size());
-  k[2 + l.name.size()] = '|';
-  std::memcpy(k + 3 + l.name.size(), l.tags_raw.data(), l.tags_raw.size());
+  size_t at = 0;
+  auto put = [&](std::string_view part) {
+    if (part.empty()) return;  // an empty view may hold nullptr, which memcpy must not get
+    std::memcpy(k + at, part.data(), part.size());
+    at += part.size();
+  };
+  k[at++] = char('0' + int(l.type));
+  k[at++] = '|';
+  put(l.key_name);
+  k[at++] = '|';
+  put(l.tags_raw);
+  k[at++] = '|';
+  put(l.container);
   std::string_view key(k, key_len);
 
   uint64_t hash = hashKey(key);
@@ -269,25 +292,36 @@ void Dispatcher::handleStatsdLine(std::string_view line, int64_t now_ns) {
       }
       labels[i] = Label{tname, l.tags[i].value};
     }
+    // A set is exported as a gauge: its distinct members in the window.
     SeriesKind kind = l.type == StatsdType::kCounter ? SeriesKind::kCounter
-                      : l.type == StatsdType::kGauge ? SeriesKind::kGauge
-                                                     : SeriesKind::kDistribution;
+                      : l.type == StatsdType::kGauge || l.type == StatsdType::kSet
+                          ? SeriesKind::kGauge
+                          : SeriesKind::kDistribution;
     SeriesId id = store_.lookup(pname, std::span<const Label>(labels, l.tag_count), kind);
     if (id == kRejectedSeries) {
       stats_.drop(DropReason::kSeriesLimit);
       return;
     }
     if (statsd_.size() >= options_.max_cached_series) statsd_.clear();
-    entry = &statsd_.insert(key, hash, StatsdEntry{id});
+    StatsdEntry fresh{id};
+    if (l.type == StatsdType::kGauge) fresh.gauge = &options_.statsd_state->gauge(id);
+    if (l.type == StatsdType::kSet) fresh.set = &options_.statsd_state->set(id);
+    entry = &statsd_.insert(key, hash, fresh);
   }
+  if (l.valueless_tags > 0) stats_.ignore(IgnoredReason::kValuelessTag, l.valueless_tags);
   StatsdEntry& e = *entry;
   switch (l.type) {
     case StatsdType::kCounter:
       store_.record(writer_, e.id, l.value / l.sample_rate, now_ns);
       break;
     case StatsdType::kGauge:
-      e.gauge = l.relative ? e.gauge + l.value : l.value;
-      store_.record(writer_, e.id, e.gauge, now_ns);
+      StatsdState::applyGauge(*e.gauge, store_, writer_, e.id, l.value, l.relative, now_ns);
+      break;
+    case StatsdType::kSet:
+      if (!StatsdState::addMember(*e.set, store_, writer_, hashKey(l.set_value), now_ns)) {
+        stats_.drop(DropReason::kSetLimit);
+        return;
+      }
       break;
     case StatsdType::kTimerMs:
     case StatsdType::kHistogram: {

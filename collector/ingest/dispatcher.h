@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 #include "collector/ingest/key_table.h"
 #include "collector/ingest/sender_registry.h"
 #include "collector/ingest/statsd.h"
+#include "collector/ingest/statsd_state.h"
 #include "collector/window/series_store.h"
 #include "common/training_config.h"
 #include "common/wire_format.h"
@@ -28,6 +30,9 @@ using SummaryHandler =
 struct DispatchOptions {
   SummaryHandler summary;              // empty: summary frames are dropped (unexpected_kind)
   size_t max_cached_series = 1 << 20;  // per-thread StatsD key cache; cleared when exceeded
+  // Gauge values and set members shared by every ingest thread (UdpIngest makes one); empty:
+  // this dispatcher keeps its own.
+  std::shared_ptr<StatsdState> statsd_state;
 };
 
 class Dispatcher {
@@ -39,6 +44,10 @@ class Dispatcher {
   void handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns);
 
   size_t cachedSenders() const { return senders_.size(); }
+
+  // Once per loop of one ingest thread: at each new window step, records every StatsD set's
+  // distinct count, so that members leaving the window lower the gauge without new traffic.
+  void tick(int64_t now_ns);
 
  private:
   static constexpr size_t kMetricSlots = size_t(wire::MetricId::kLast) + 1;
@@ -58,7 +67,8 @@ class Dispatcher {
 
   struct StatsdEntry {
     window::SeriesId id = window::kRejectedSeries;
-    double gauge = 0;  // last value, for relative (+/-) gauge updates
+    StatsdState::GaugeCell* gauge = nullptr;  // gauges: the shared value deltas apply to
+    StatsdState::SetCell* set = nullptr;      // sets: the shared members
   };
 
   void handleBinary(std::span<const uint8_t> datagram, int64_t now_ns);
@@ -81,9 +91,11 @@ class Dispatcher {
   DispatchOptions options_;
   std::unordered_map<uint64_t, SenderState> senders_;
   KeyTable<StatsdEntry> statsd_;
+  int64_t last_tick_step_ = 0;
   StatsdLine line_;  // reused parse output
   std::array<char, 2 * kMaxStatsdNameLength +
-                       kMaxStatsdTags*(kMaxStatsdNameLength + kMaxStatsdTagValueLength + 2) + 8>
+                       kMaxStatsdTags*(kMaxStatsdNameLength + kMaxStatsdTagValueLength + 2) +
+                       kMaxStatsdTagValueLength + 8>
       key_buf_;
 };
 

@@ -23,6 +23,7 @@ enum class DecodeReason : uint8_t {
   kBadSampleRate,  // @rate not in (0, 1]
   kBadTag,         // tag without a value, or a bad tag name
   kLabelFlood,     // more tags than the bound, or a tag value over the length bound
+  kMixedTags,      // tags in the name (Librato, InfluxDB, SignalFX) and |# tags on one line
   kBadSummary,     // window-summary frame the upstream decoder rejected
   kCount,
 };
@@ -38,6 +39,7 @@ inline constexpr auto kIngestDecodeReasonNames = enumNames<DecodeReason>({
     {DecodeReason::kBadSampleRate, "bad_sample_rate"},
     {DecodeReason::kBadTag, "bad_tag"},
     {DecodeReason::kLabelFlood, "label_flood"},
+    {DecodeReason::kMixedTags, "mixed_tag_styles"},
     {DecodeReason::kBadSummary, "bad_summary"},
 });
 static_assert(kIngestDecodeReasonNames.size() ==
@@ -54,6 +56,7 @@ enum class DropReason : uint8_t {
   kSeriesLimit,     // the store refused a new series (max_series)
   kRegistryFull,    // hello from one sender too many
   kUnexpectedKind,  // control frames (sent to the trainer, not here) or summaries w/o upstream
+  kSetLimit,        // a StatsD set member beyond kMaxSetMembers live members of one set
   kCount,
 };
 
@@ -62,9 +65,30 @@ inline constexpr auto kDropReasonNames = enumNames<DropReason>({
     {DropReason::kSeriesLimit, "series_limit"},
     {DropReason::kRegistryFull, "registry_full"},
     {DropReason::kUnexpectedKind, "unexpected_kind"},
+    {DropReason::kSetLimit, "set_limit"},
 });
 static_assert(kDropReasonNames.size() == size_t(DropReason::kCount));
 constexpr std::string_view dropReasonName(DropReason r) { return kDropReasonNames.name(r); }
+
+// StatsD input that is understood and deliberately not stored: the `reason` label of
+// bpftrain_collector_statsd_ignored_total. Never a decode error: clients send these routinely.
+enum class IgnoredReason : uint8_t {
+  kNone = 0,
+  kEvent,         // DogStatsD event line "_e{...}"
+  kServiceCheck,  // DogStatsD service check line "_sc|..."
+  kValuelessTag,  // one tag without a value ("|#canary"): the line is stored without it
+  kCount,
+};
+
+inline constexpr auto kIgnoredReasonNames = enumNames<IgnoredReason>({
+    {IgnoredReason::kEvent, "event"},
+    {IgnoredReason::kServiceCheck, "service_check"},
+    {IgnoredReason::kValuelessTag, "valueless_tag"},
+});
+static_assert(kIgnoredReasonNames.size() == size_t(IgnoredReason::kCount) - 1);
+constexpr std::string_view ignoredReasonName(IgnoredReason r) {
+  return kIgnoredReasonNames.name(r);
+}
 
 enum class Protocol : uint8_t { kBinary, kStatsd, kCount };
 inline constexpr auto kProtocolNames =
@@ -76,6 +100,7 @@ struct alignas(64) IngestStats {
   std::atomic<uint64_t> samples[size_t(Protocol::kCount)]{};
   std::atomic<uint64_t> decode_errors[size_t(DecodeReason::kCount)]{};
   std::atomic<uint64_t> dropped[size_t(DropReason::kCount)]{};
+  std::atomic<uint64_t> ignored[size_t(IgnoredReason::kCount)]{};
   std::atomic<uint64_t> frames_lost{};   // frames missing in per-sender sequences
   std::atomic<uint64_t> kernel_drops{};  // SO_RXQ_OVFL: datagrams the socket buffer refused
   std::atomic<uint64_t> datagrams{};
@@ -88,6 +113,7 @@ struct alignas(64) IngestStats {
   void sample(Protocol p, uint64_t n = 1) { bump(samples[size_t(p)], n); }
   void error(DecodeReason r) { bump(decode_errors[size_t(r)]); }
   void drop(DropReason r, uint64_t n = 1) { bump(dropped[size_t(r)], n); }
+  void ignore(IgnoredReason r, uint64_t n = 1) { bump(ignored[size_t(r)], n); }
 };
 
 }  // namespace bpftrain::collector::ingest

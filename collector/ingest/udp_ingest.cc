@@ -42,6 +42,7 @@ void IngestTotals::add(const IngestStats& s) {
   for (size_t i = 0; i < size_t(DecodeReason::kCount); ++i)
     decode_errors[i] += ld(s.decode_errors[i]);
   for (size_t i = 0; i < size_t(DropReason::kCount); ++i) dropped[i] += ld(s.dropped[i]);
+  for (size_t i = 0; i < size_t(IgnoredReason::kCount); ++i) ignored[i] += ld(s.ignored[i]);
   frames_lost += ld(s.frames_lost);
   kernel_drops += ld(s.kernel_drops);
   datagrams += ld(s.datagrams);
@@ -61,6 +62,9 @@ std::unique_ptr<UdpIngest> UdpIngest::start(const UdpIngestOptions& options,
   SocketAddress addr = *resolved;
   uint16_t port = options.port;
   int threads = std::max(1, options.threads);
+  // One StatsD state for all threads: gauges and sets written through any socket agree.
+  DispatchOptions dispatch = options.dispatch;
+  if (!dispatch.statsd_state) dispatch.statsd_state = std::make_shared<StatsdState>(store.config());
   for (int i = 0; i < threads; ++i) {
     auto w = std::make_unique<Worker>();
     w->index = i;
@@ -93,7 +97,7 @@ std::unique_ptr<UdpIngest> UdpIngest::start(const UdpIngestOptions& options,
     self->stats_.push_back(std::make_unique<IngestStats>());
     w->stats = self->stats_.back().get();
     w->dispatcher = std::make_unique<Dispatcher>(store, registry, *w->stats,
-                                                 options.first_writer + i, options.dispatch);
+                                                 options.first_writer + i, dispatch);
     self->workers_.push_back(std::move(w));
   }
   self->port_ = port;
@@ -136,6 +140,8 @@ void UdpIngest::run(Worker& w) {
   for (int i = 0; i < kBatch; ++i) reset(i);
   pollfd pfd{w.fd, POLLIN, 0};
   while (!stopping_.load(std::memory_order_relaxed)) {
+    // Thread 0 refreshes the StatsD sets' gauges once per window step (it wakes every kPollMs).
+    if (w.index == 0) w.dispatcher->tick(monotonicNowNs());
     int n = recvmmsg(w.fd, msgs, kBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) {
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;

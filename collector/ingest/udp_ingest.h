@@ -57,6 +57,7 @@ struct IngestTotals {
   uint64_t samples[size_t(Protocol::kCount)]{};
   uint64_t decode_errors[size_t(DecodeReason::kCount)]{};
   uint64_t dropped[size_t(DropReason::kCount)]{};
+  uint64_t ignored[size_t(IgnoredReason::kCount)]{};
   uint64_t frames_lost = 0, kernel_drops = 0, datagrams = 0, bytes = 0;
   void add(const IngestStats& s);
 };

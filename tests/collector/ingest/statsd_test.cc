@@ -67,7 +67,7 @@ TEST(StatsdParse, Malformed) {
   EXPECT_EQ(parseErr("novalue"), DecodeReason::kBadLine);
   EXPECT_EQ(parseErr(":1|c"), DecodeReason::kBadLine);
   EXPECT_EQ(parseErr("a:1"), DecodeReason::kBadLine);
-  EXPECT_EQ(parseErr("a:1|s"), DecodeReason::kBadType);
+  EXPECT_EQ(parseErr("a:1|q"), DecodeReason::kBadType);
   EXPECT_EQ(parseErr("a:1|"), DecodeReason::kBadType);
   EXPECT_EQ(parseErr("a:x|c"), DecodeReason::kBadValue);
   EXPECT_EQ(parseErr("a:|c"), DecodeReason::kBadValue);
@@ -79,7 +79,7 @@ TEST(StatsdParse, Malformed) {
   EXPECT_EQ(parseErr("a:1|c|@0"), DecodeReason::kBadSampleRate);
   EXPECT_EQ(parseErr("a:1|c|@1.5"), DecodeReason::kBadSampleRate);
   EXPECT_EQ(parseErr("a:1|c|@x"), DecodeReason::kBadSampleRate);
-  EXPECT_EQ(parseErr("a:1|c|#novalue"), DecodeReason::kBadTag);
+  EXPECT_EQ(parseErr("a:1|c|#k:"), DecodeReason::kBadTag);
   EXPECT_EQ(parseErr("a:1|c|#:v"), DecodeReason::kBadTag);
   EXPECT_EQ(parseErr("a:1|c|zzz"), DecodeReason::kBadLine);
   EXPECT_EQ(parseErr(std::string(300, 'n') + ":1|c"), DecodeReason::kOversized);
@@ -92,6 +92,67 @@ TEST(StatsdParse, LabelFloodBounded) {
   EXPECT_EQ(parseErr(line), DecodeReason::kLabelFlood);
   EXPECT_EQ(parseErr(std::string("a:1|c|#k:").append(kMaxStatsdTagValueLength + 1, 'v')),
             DecodeReason::kLabelFlood);
+}
+
+// Sets (|s) take any text as a member; gauges with a sign are deltas.
+TEST(StatsdParse, SetsTakeAnyMember) {
+  StatsdLine s = parseOk("users:alice@example.com|s|#env:prod");
+  EXPECT_EQ(s.type, StatsdType::kSet);
+  EXPECT_EQ(s.set_value, "alice@example.com");
+  EXPECT_EQ(parseOk("u:-12|s").set_value, "-12");
+  EXPECT_FALSE(parseOk("u:+3|s").relative);
+  EXPECT_EQ(parseErr("u:|s"), DecodeReason::kBadValue);
+}
+
+TEST(StatsdParse, DogStatsdContainerAndTimestamp) {
+  StatsdLine l = parseOk("page.views:1|c|#env:prod|c:83c0a99c0a54c0c1|T1656581400");
+  EXPECT_EQ(l.container, "83c0a99c0a54c0c1");
+  ASSERT_EQ(l.tag_count, 2u);
+  EXPECT_EQ(l.tags[1].name, "container_id");
+  EXPECT_EQ(l.tags[1].value, "83c0a99c0a54c0c1");
+  EXPECT_EQ(parseOk("a:1|g|T1").tag_count, 0u);
+  EXPECT_EQ(parseOk("a:1|g|#k:v|e:it-false,cn-x|card:low").tag_count, 1u);
+  EXPECT_EQ(parseErr("a:1|c|c:"), DecodeReason::kBadLine);
+  EXPECT_EQ(parseErr("a:1|c|T"), DecodeReason::kBadLine);
+  EXPECT_EQ(parseErr("a:1|c|T12x"), DecodeReason::kBadLine);
+}
+
+TEST(StatsdParse, EventsAndServiceChecksAreIgnoredNotErrors) {
+  EXPECT_EQ(parseOk("_e{5,4}:title|text|#env:prod").ignored, IgnoredReason::kEvent);
+  EXPECT_EQ(parseOk("_sc|db.up|0|#env:prod|m:ok").ignored, IgnoredReason::kServiceCheck);
+  EXPECT_EQ(parseOk("a:1|c").ignored, IgnoredReason::kNone);
+}
+
+TEST(StatsdParse, ValuelessTagsDroppedAndCounted) {
+  StatsdLine l = parseOk("a:1|c|#canary,env:prod,blue");
+  ASSERT_EQ(l.tag_count, 1u);
+  EXPECT_EQ(l.tags[0].name, "env");
+  EXPECT_EQ(l.valueless_tags, 2u);
+  EXPECT_EQ(l.tags_raw, "canary,env:prod,blue");
+}
+
+TEST(StatsdParse, TagsInTheNameLibratoInfluxSignalfx) {
+  StatsdLine lib = parseOk("api.req#env=prod,host=h1:1|c");
+  EXPECT_EQ(lib.name, "api.req");
+  EXPECT_EQ(lib.key_name, "api.req#env=prod,host=h1");
+  ASSERT_EQ(lib.tag_count, 2u);
+  EXPECT_EQ(lib.tags[0].name, "env");
+  EXPECT_EQ(lib.tags[1].value, "h1");
+  StatsdLine inf = parseOk("cpu,host=a,region=eu:0.5|g");
+  EXPECT_EQ(inf.name, "cpu");
+  ASSERT_EQ(inf.tag_count, 2u);
+  EXPECT_EQ(inf.tags[1].name, "region");
+  StatsdLine sfx = parseOk("api[env=prod,dc=x].latency:12|ms");
+  EXPECT_EQ(sfx.name, "api.latency");
+  ASSERT_EQ(sfx.tag_count, 2u);
+  EXPECT_EQ(sfx.tags[1].value, "x");
+  EXPECT_EQ(parseOk("a[k=v]:1|c").name, "a");
+  EXPECT_EQ(parseOk("a,canary:1|c").valueless_tags, 1u);
+  EXPECT_EQ(parseErr("a[k=v:1|c"), DecodeReason::kBadTag);
+  EXPECT_EQ(parseErr("a]k=v[:1|c"), DecodeReason::kBadTag);
+  EXPECT_EQ(parseErr("a,k=:1|c"), DecodeReason::kBadTag);
+  EXPECT_EQ(parseErr("a,k=v:1|c|#x:y"), DecodeReason::kMixedTags);  // as statsd_exporter
+  EXPECT_EQ(parseErr(",k=v:1|c"), DecodeReason::kBadLine);          // no name left
 }
 
 std::string mapped(std::string_view raw) {
