@@ -17,7 +17,7 @@ enum class Kind : uint8_t {
   kCounter,       // exported as a Prometheus counter, `_total` appended
   kGauge,         // last value
   kDistribution,  // sliding-window quantiles, sum and count (a Prometheus summary); with bucket
-                  // bounds also a cumulative Prometheus histogram, `<name>_histogram`
+                  // bounds also a cumulative Prometheus histogram, `<name>_hist`
 };
 
 struct MetricDef {
@@ -27,7 +27,7 @@ struct MetricDef {
   std::string_view labels;  // every label name, space separated, in the order series carry them
   std::string_view source;  // what produces it: "trainer", a tracepoint, "collector" ...
   std::string_view help;    // what it means for training; the exporter's HELP text
-  // Distributions only: the upper bounds (ascending, +Inf implied) of the `<name>_histogram`
+  // Distributions only: the upper bounds (ascending, +Inf implied) of the `<name>_hist`
   // buckets, so that PromQL can aggregate quantiles across ranks and hosts
   // (histogram_quantile over sum by (le)); empty: a summary only.
   std::span<const double> buckets = {};

@@ -80,9 +80,10 @@ std::vector<MetricFamily> WindowCollectable::Collect() const {
     ClientMetric m;
     m.label.reserve(s.labels.size());
     if (!s.bucket_bounds.empty()) {
-      // Distributions with catalogue bucket bounds are also `<name>_histogram`: cumulative since
-      // the series was created, so rates and sums across ranks and hosts hold.
-      if (const size_t hf = familyFor(s.name + "_histogram", s.name, s.kind,
+      // Distributions with catalogue bucket bounds are also `<name>_hist`: cumulative since
+      // the series was created, so rates and sums across ranks and hosts hold. (`_hist`, not
+      // `_histogram`: promtool check metrics refuses a type name in a metric name.)
+      if (const size_t hf = familyFor(s.name + "_hist", s.name, s.kind,
                                       prometheus::MetricType::Histogram, true);
           hf != kConflict) {
         ClientMetric h;

@@ -13,14 +13,14 @@ jq -e '.panels | length > 0' "$dash/grafana/bpftrain-overview.json" >/dev/null
 
 # Every bpftrain_ metric a panel or rule queries must be in the metric catalogue, as the collector
 # itself prints it (--list-metrics); summaries add _sum and _count, and their histograms
-# (_histogram) _bucket, _sum and _count. Recording rules' own names
+# (_hist) _bucket, _sum and _count. Recording rules' own names
 # (level:metric:operation) are skipped: they are defined in the rules file.
 collector=${BPFTRAIN_BUILD_DIR:?}/collector/app/bpftrain-collector
 [ -x "$collector" ] || { echo "$collector missing: build first" >&2; exit 1; }
 declared=$("$collector" --list-metrics | awk -F'|' 'NR > 2 {
   gsub(/[ `]/, "", $2); gsub(/ /, "", $3); print $2
   if ($3 ~ /^summary/) { print $2 "_sum"; print $2 "_count" }
-  if ($3 ~ /histogram/) { print $2 "_histogram_bucket"; print $2 "_histogram_sum"; print $2 "_histogram_count" } }')
+  if ($3 ~ /histogram/) { print $2 "_hist_bucket"; print $2 "_hist_sum"; print $2 "_hist_count" } }')
 [ -n "$declared" ] || { echo "bpftrain-collector --list-metrics printed nothing" >&2; exit 1; }
 missing=0
 for name in $(grep -ohE '(^|[^:a-z_])bpftrain_[a-z_]+($|[^:a-z_])' "$dash/grafana/bpftrain-overview.json" \

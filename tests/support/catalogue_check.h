@@ -39,14 +39,14 @@ inline std::vector<std::string> catalogueMismatches(const std::map<std::string, 
     if (name.rfind("bpftrain_", 0) != 0) continue;
     const metrics::MetricDef* def = metrics::find(name);
     bool summary_part = false;
-    // <name>_histogram_{bucket,sum,count} of a distribution with bucket bounds; buckets add `le`.
+    // <name>_hist_{bucket,sum,count} of a distribution with bucket bounds; buckets add `le`.
     bool histogram_part = false, bucket = false;
-    for (const char* suffix : {"_histogram_bucket", "_histogram_sum", "_histogram_count"}) {
+    for (const char* suffix : {"_hist_bucket", "_hist_sum", "_hist_count"}) {
       const std::string s(suffix);
       if (def == nullptr && name.size() > s.size() && name.ends_with(s)) {
         def = metrics::find(name.substr(0, name.size() - s.size()));
         histogram_part = def != nullptr;
-        bucket = histogram_part && s == "_histogram_bucket";
+        bucket = histogram_part && s == "_hist_bucket";
       }
     }
     for (const char* suffix : {"_sum", "_count"}) {

@@ -134,8 +134,8 @@ TEST(Export, ScrapeOverHttpShowsExactValues) {
   }
   // The same samples as a cumulative histogram with the catalogue's bounds; `le` as Prometheus
   // compares it (the first bound >= the value), every bound and +Inf present.
-  EXPECT_NE(response.find("# TYPE bpftrain_step_seconds_histogram histogram"), std::string::npos);
-  const auto buckets = histogramBuckets(m, "bpftrain_step_seconds_histogram_bucket" + l);
+  EXPECT_NE(response.find("# TYPE bpftrain_step_seconds_hist histogram"), std::string::npos);
+  const auto buckets = histogramBuckets(m, "bpftrain_step_seconds_hist_bucket" + l);
   ASSERT_EQ(buckets.size(), metrics::kStepSeconds.buckets.size() + 1) << response;
   for (double bound : metrics::kStepSeconds.buckets) {
     uint64_t want = 0;
@@ -144,8 +144,8 @@ TEST(Export, ScrapeOverHttpShowsExactValues) {
     EXPECT_EQ(buckets.at(bound), double(want)) << "le=" << bound;
   }
   EXPECT_EQ(buckets.at(std::numeric_limits<double>::infinity()), 1000);
-  EXPECT_EQ(m["bpftrain_step_seconds_histogram_count" + l + "}"], 1000);
-  EXPECT_NEAR(m["bpftrain_step_seconds_histogram_sum" + l + "}"], 500.5, 1e-9);
+  EXPECT_EQ(m["bpftrain_step_seconds_hist_count" + l + "}"], 1000);
+  EXPECT_NEAR(m["bpftrain_step_seconds_hist_sum" + l + "}"], 500.5, 1e-9);
   EXPECT_EQ(m["bpftrain_odd{path=\"a\\\"b\\\\c\"}"], 7) << response;
   EXPECT_EQ(m["bpftrain_collector_series"], 4);
   EXPECT_EQ(m["bpftrain_collector_series_rejected_total"], 0);
@@ -174,8 +174,8 @@ TEST(Export, ScrapeOverHttpShowsExactValues) {
   EXPECT_EQ(m["bpftrain_step_seconds_count" + l + "}"], 0);
   EXPECT_TRUE(std::isnan(m["bpftrain_step_seconds" + l + ",quantile=\"0.5\"}"]));
   // The histogram is cumulative: it does not slide with the window.
-  EXPECT_EQ(m["bpftrain_step_seconds_histogram_count" + l + "}"], 1000);
-  EXPECT_EQ(m["bpftrain_step_seconds_histogram_bucket" + l + ",le=\"+Inf\"}"], 1000);
+  EXPECT_EQ(m["bpftrain_step_seconds_hist_count" + l + "}"], 1000);
+  EXPECT_EQ(m["bpftrain_step_seconds_hist_bucket" + l + ",le=\"+Inf\"}"], 1000);
   EXPECT_EQ(m.count("bpftrain_test_extra_total"), 0u);
 }
 
