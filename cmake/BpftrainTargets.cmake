@@ -13,6 +13,8 @@ function(bpftrain_target_defaults target)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 endfunction()
 
+include(BpftrainSanitizers)  # BPFTRAIN_SANITIZE, BPFTRAIN_FUZZ: flags for every target
+
 if(NOT BUILD_TESTING)
   return()
 endif()

@@ -169,7 +169,7 @@ void BinStore::add(int32_t index, uint64_t n, uint32_t max_bins) {
         bins_[size_t(i - offset_)] = 0;
       }
       cover(new_lo, index, max_bins);
-      bump(new_lo, folded);
+      total_ -= folded - bump(new_lo, folded);
       lo_ = new_lo;
       collapsed_ = true;
     } else {
@@ -177,8 +177,7 @@ void BinStore::add(int32_t index, uint64_t n, uint32_t max_bins) {
     }
     hi_ = index;
   }
-  bump(index, n);
-  total_ += n;
+  total_ += bump(index, n);
 }
 
 void BinStore::merge(const BinStore& other, uint32_t max_bins) {
@@ -188,10 +187,9 @@ void BinStore::merge(const BinStore& other, uint32_t max_bins) {
   if (int64_t(hi) - lo + 1 <= int64_t(max_bins)) {
     cover(lo, hi, max_bins);
     for (int32_t i = other.lo_; i <= other.hi_; ++i)
-      bump(i, other.bins_[size_t(i - other.offset_)]);
+      total_ += bump(i, other.bins_[size_t(i - other.offset_)]);
     lo_ = lo;
     hi_ = hi;
-    total_ += other.total_;
     collapsed_ = collapsed_ || other.collapsed_;
     return;
   }

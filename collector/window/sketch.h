@@ -41,10 +41,14 @@ class BinStore {
  private:
   void cover(int32_t lo, int32_t hi, uint32_t max_bins);
 
-  void bump(int32_t index, uint64_t n) {
+  // Returns what the bin took: a saturated bin drops the rest, and total_ must count only what
+  // the bins hold (a hostile serialized sketch can fold more than 2^32 into one bin).
+  uint64_t bump(int32_t index, uint64_t n) {
     uint32_t& b = bins_[size_t(index - offset_)];
     const uint64_t v = uint64_t(b) + n;
+    const uint32_t before = b;
     b = v > UINT32_MAX ? UINT32_MAX : uint32_t(v);
+    return b - before;
   }
 
   std::vector<uint32_t> bins_;
