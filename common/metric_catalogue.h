@@ -121,15 +121,15 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "Share of a rank's recent NUMA hinting faults on memory of the node its threads run on (the "  \
     "kernel's decaying per-task statistics; 1 = all local); wherever NUMA balancing runs")         \
   X(kTransportQueuedBytes, "bpftrain_transport_queued_bytes", kDistribution, "bytes",              \
-    "job rank transport", "tp_btf tcp:tcp_probe",                                                  \
+    "job rank transport link peer_node", "tp_btf tcp:tcp_probe",                                                  \
     "Bytes a rank's sockets queued and the peer has not acknowledged (write_seq - snd_una): "     \
     "congestion on the gradient path", kSocketBytesBuckets)                                        \
   X(kTransportInflightBytes, "bpftrain_transport_inflight_bytes", kDistribution, "bytes",          \
-    "job rank transport", "tp_btf tcp:tcp_probe",                                                  \
+    "job rank transport link peer_node", "tp_btf tcp:tcp_probe",                                                  \
     "Bytes sent and not yet acknowledged (snd_nxt - snd_una); falls when the receiver is slow",    \
     kSocketBytesBuckets)                                                                           \
   X(kTransportRttSeconds, "bpftrain_transport_rtt_seconds", kDistribution, "seconds",              \
-    "job rank transport", "tp_btf tcp:tcp_probe", "Smoothed RTT of a rank's TCP connections",      \
+    "job rank transport link peer_node", "tp_btf tcp:tcp_probe", "Smoothed RTT of a rank's TCP connections, per link: same_host or other_host, and peer node", \
     kRttSecondsBuckets)                                                                            \
   X(kTransportRetransmits, "bpftrain_transport_retransmits", kCounter, "segments",                 \
     "job rank transport", "tp_btf tcp:tcp_retransmit_skb", "Retransmitted segments of a rank")      \
@@ -163,6 +163,9 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "controller", "Decisions no rank applied within the resend budget")                           \
   X(kControllerDeferred, "bpftrain_controller_deferred", kCounter, "steps", "reason",              \
     "controller", "Controller steps that did not act (reason checkpoint)")                        \
+  X(kDiagnosisInfo, "bpftrain_diagnosis_info", kGauge, "1", "job cause rank link", "controller",  \
+    "What slows the job now (1) and what did before (0): cause none, congested_link, straggler, " \
+    "cpu_contention, memory_placement or tlb_storm; rank (-1: the job) and link when it applies")  \
   /* ---- collector health ---- */                                                                \
   X(kCollectorSamples, "bpftrain_collector_samples", kCounter, "samples", "protocol", "collector", \
     "Accepted samples: one binary record or one StatsD line")                                      \

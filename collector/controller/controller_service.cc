@@ -96,6 +96,39 @@ void ControllerService::send(const Pending& p, int64_t now_ns) {
   }
 }
 
+// Exports the current diagnosis as bpftrain_diagnosis_info = 1 (refreshed every step so that it
+// stays in the window) and the one it replaces as 0; a change is one line in the decisions log
+// and on stderr.
+void ControllerService::diagnose(const Features& f, int64_t now_ns) {
+  const Diagnosis& d = diagnoser_.update(f);
+  const std::string rank = std::to_string(d.rank);
+  if (!d.sameAs(reported_)) {
+    const std::string old_rank = std::to_string(reported_.rank);
+    if (reported_.cause != "none" || !reported_.detail.empty() || steps_seen_ > 0)
+      count(metrics::kDiagnosisInfo,
+            {{"job", f.job},
+             {"cause", reported_.cause},
+             {"rank", old_rank},
+             {"link", reported_.link}},
+            0, now_ns);
+    std::fprintf(stderr, "controller: diagnosis %.*s%s%s: %s\n", int(d.cause.size()),
+                 d.cause.data(), d.link.empty() ? "" : " ", d.link.c_str(),
+                 d.detail.empty() ? "no cause found" : d.detail.c_str());
+    writeLog({{"event", "diagnosis"},
+              {"job", f.job},
+              {"cause", d.cause},
+              {"rank", d.rank},
+              {"link", d.link},
+              {"carried", d.carried},
+              {"detail", d.detail},
+              {"topology", f.topology ? std::string(topologyName(*f.topology)) : ""},
+              {"wall_ns", realtimeNowNs()}});
+    reported_ = d;
+  }
+  count(metrics::kDiagnosisInfo,
+        {{"job", f.job}, {"cause", d.cause}, {"rank", rank}, {"link", d.link}}, 1, now_ns);
+}
+
 void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns) {
   auto t0 = std::chrono::steady_clock::now();
   std::vector<window::SeriesSnapshot> snaps = config_.window.count() > 0
@@ -108,6 +141,7 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   }
   const Features& f = extractor_->update(snaps, now_ns);
   if (!f.has_steps) return;
+  diagnose(f, now_ns);
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
   // What the policy saw, every kFeaturesLogEvery steps: thresholds are calibrated from these.
   if (features_log_ && ++steps_seen_ % kFeaturesLogEvery == 0) {
@@ -188,6 +222,8 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
             {"to", to},
             {"reason", d.reason},
             {"detail", d.detail},
+            {"diagnosis",
+             {{"cause", reported_.cause}, {"link", reported_.link}, {"rank", reported_.rank}}},
             {"decide_latency_us", decide_us},
             {"features", featuresJson(f)},
             {"wall_ns", realtimeNowNs()}});

@@ -15,6 +15,7 @@
 
 #include "collector/controller/control_channel.h"
 #include "collector/controller/control_mode.h"
+#include "collector/controller/diagnosis.h"
 #include "collector/controller/features.h"
 #include "collector/controller/policy.h"
 #include "collector/window/series_store.h"
@@ -71,6 +72,7 @@ class ControllerService {
     return pending_ ? std::optional<uint64_t>(pending_->epoch) : std::nullopt;
   }
   const Policy& policy() const { return *policy_; }
+  const Diagnosis& lastDiagnosis() const { return reported_; }
 
  private:
   struct Pending {
@@ -84,6 +86,7 @@ class ControllerService {
   void count(const metrics::MetricDef& metric, std::initializer_list<window::Label> labels,
              double value, int64_t now_ns);
   void send(const Pending& p, int64_t now_ns);
+  void diagnose(const Features& f, int64_t now_ns);
 
   ControllerConfig config_;
   std::unique_ptr<Policy> policy_;
@@ -96,6 +99,8 @@ class ControllerService {
   uint64_t last_epoch_sent_ = 0;
   std::optional<Arm> last_advice_;
   ControllerStats stats_;
+  Diagnoser diagnoser_;
+  Diagnosis reported_;  // the diagnosis last exported and logged
   static constexpr uint64_t kFeaturesLogEvery = 4;
   uint64_t steps_seen_ = 0;
   std::FILE* features_log_ = nullptr;

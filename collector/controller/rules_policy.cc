@@ -55,7 +55,6 @@ RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::
        Signal::kCongested},
       {"rtt_jitter", "s", &TransportView::rtt_jitter_s, &RulesConfig::rtt_jitter_high_s,
        Signal::kCongested},
-      {"rtt_p50", "s", &TransportView::rtt_p50_s, &RulesConfig::rtt_p50_high_s, Signal::kCongested},
   };
   for (const Trigger& t : kTriggers) {
     const double value = v.*t.value, threshold = c.*t.threshold;
@@ -68,6 +67,10 @@ RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::
     why = buf;
     return t.signal;
   }
+  if (v.rtt_p50_s >= v.rtt_p50_high_s) {
+    why = fmt("rtt_p50=%.4fs >= %.4fs", v.rtt_p50_s, v.rtt_p50_high_s);
+    return Signal::kCongested;
+  }
   // No bandwidth test here: a rung's bandwidth swings with CPU load on a shared host (the demo
   // saw hierarchical at 0.75x its congested-phase best after the congestion lifted). A false
   // all-clear costs one retry of the lower rung, and failed retries back off (decide()).
@@ -75,13 +78,20 @@ RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::
   // they sit near the low threshold congested or not (8.29 MB in the demo's clear phase): only
   // RTT needs to fall below its low thresholds; queue depth must merely not signal congestion.
   if (v.queued_bytes_p99 < c.queued_bytes_high && v.rtt_jitter_s < c.rtt_jitter_low_s &&
-      v.rtt_p50_s < c.rtt_p50_low_s) {
+      v.rtt_p50_s < v.rtt_p50_low_s) {
     why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", v.rtt_p50_s,
               v.rtt_jitter_s);
     return Signal::kClear;
   }
   why = "between thresholds";
   return Signal::kNeutral;
+}
+
+RulesPolicy::TransportView RulesPolicy::viewOf(const LinkSignals& ls, Link link) const {
+  const bool same = link == Link::kSameHost;
+  return {ls.queued_bytes_p99, ls.rtt_jitter_s, ls.rtt_p50_s,
+          same ? config_.same_host_rtt_p50_high_s : config_.other_host_rtt_p50_high_s,
+          same ? config_.same_host_rtt_p50_low_s : config_.other_host_rtt_p50_low_s};
 }
 
 RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, int* link) const {
@@ -95,7 +105,7 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, i
       const LinkSignals& ls = f.links[l];
       if (!ls.seen) continue;
       std::string link_why;
-      Signal s = classifyTransport({ls.queued_bytes_p99, ls.rtt_jitter_s, ls.rtt_p50_s}, link_why);
+      Signal s = classifyTransport(viewOf(ls, Link(l)), link_why);
       if (!any || s > worst) {
         worst = s;
         *link = l;
@@ -106,7 +116,8 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, i
     if (any) return worst;
   }
   if (f.has_transport)
-    return classifyTransport({f.queued_bytes_p99, f.rtt_jitter_s, f.rtt_p50_s}, why);
+    return classifyTransport(
+        {f.queued_bytes_p99, f.rtt_jitter_s, f.rtt_p50_s, c.rtt_p50_high_s, c.rtt_p50_low_s}, why);
   // No transport probe: judge by bus bandwidth against the best seen (busbw is normalised the
   // same way for every algorithm, so the comparison holds across topologies).
   if (f.busbw_window <= 0 || ring_busbw_best_ <= 0) {
@@ -124,6 +135,48 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, i
   }
   why = "busbw between thresholds";
   return Signal::kNeutral;
+}
+
+double RulesPolicy::pinSignal(const Features& f, PinMode mode) {
+  if (mode == PinMode::kNuma) return f.migrations_per_s[int(MigrationScope::kNode)];
+  return f.migrations_per_s[int(MigrationScope::kCpu)] +
+         f.migrations_per_s[int(MigrationScope::kLlc)];
+}
+
+bool RulesPolicy::pinTrialUndo(const Features& f, const Arm& current, int64_t now_ns,
+                               std::string& why) {
+  if (!pin_trial_) return false;
+  PinTrial& t = *pin_trial_;
+  if (current.pinning != t.mode) {
+    // Not applied yet (the trainer switches at a step boundary), or moved by someone else.
+    if (now_ns - t.decided_ns > 2 * (config_.pin_settle + config_.pin_measure).count())
+      pin_trial_.reset();
+    return false;
+  }
+  if (current.topology != t.topology) {
+    pin_trial_.reset();  // no verdict: before and after ran different topologies
+    return false;
+  }
+  const int64_t since = now_ns - t.decided_ns;
+  if (since < config_.pin_settle.count()) return false;
+  t.sum_samples += f.samples_per_s;
+  t.sum_signal += pinSignal(f, t.mode);
+  ++t.n;
+  if (since < (config_.pin_settle + config_.pin_measure).count()) return false;
+  const double after = t.sum_samples / t.n, after_signal = t.sum_signal / t.n;
+  const double gain = t.before_samples_per_s > 0 ? after / t.before_samples_per_s - 1 : 0;
+  const bool harm = gain < -config_.pin_loss;
+  const bool better = gain >= config_.pin_gain;
+  const bool calmer =
+      t.before_signal > 0 && after_signal <= (1 - config_.pin_signal_drop) * t.before_signal;
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "pinning %s: samples/s %.0f -> %.0f (%+.1f%%), its signal %.1f/s -> %.1f/s",
+                std::string(pinModeName(t.mode)).c_str(), t.before_samples_per_s, after, gain * 100,
+                t.before_signal, after_signal);
+  why = buf;
+  pin_trial_.reset();
+  return harm || !(better || calmer);
 }
 
 Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_ns) {
@@ -154,8 +207,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   if (level > 0 && by_link) {
     const LinkSignals& ls = f.links[trigger_link_];
     if (ls.seen && signal != Signal::kSevere) {
-      may_descend = classifyTransport({ls.queued_bytes_p99, ls.rtt_jitter_s, ls.rtt_p50_s},
-                                      clear_why) == Signal::kClear;
+      may_descend = classifyTransport(viewOf(ls, Link(trigger_link_)), clear_why) == Signal::kClear;
       clear_why = std::string(linkName(Link(trigger_link_))) + ": " + clear_why;
     }
   } else if (level > 0) {
@@ -214,8 +266,28 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     last_descent_ns_ = now_ns;
   }
 
+  // The pinning trial's verdict; an undone move is not retried for pin_retry_after.
+  std::string trial_why;
+  if (!d.change && pinTrialUndo(f, current, now_ns, trial_why)) {
+    d.change = true;
+    d.to.pinning = PinMode::kNone;
+    d.reason = "pin_undone";
+    d.detail = trial_why + fmt("; undone, not retried for %.0fs",
+                               double(config_.pin_retry_after.count()) * 1e-9, 0);
+    pin_blocked_until_ns_ = now_ns + config_.pin_retry_after.count();
+  }
+  // The "before" of a trial: throughput and signals smoothed over the last few steps.
+  if (f.config_consistent && f.samples_per_s > 0) {
+    constexpr double kAlpha = 0.25;  // ~2 s at 500 ms steps
+    samples_ewma_ = samples_ewma_ < 0 ? f.samples_per_s
+                                      : samples_ewma_ + kAlpha * (f.samples_per_s - samples_ewma_);
+    for (int m = 0; m < kPinModeCount; ++m)
+      pin_signal_ewma_[m] += kAlpha * (pinSignal(f, PinMode(m)) - pin_signal_ewma_[m]);
+  }
+
   // Pinning moves once, away from none; it rides along with a topology change or stands alone.
-  if (current.pinning == PinMode::kNone && dwell_ok) {
+  if (current.pinning == PinMode::kNone && dwell_ok && !d.change &&
+      now_ns >= pin_blocked_until_ns_) {
     const double node_moves = f.migrations_per_s[int(MigrationScope::kNode)];
     const double cpu_moves = f.migrations_per_s[int(MigrationScope::kCpu)] +
                              f.migrations_per_s[int(MigrationScope::kLlc)];
@@ -253,6 +325,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       }
       d.change = true;
       d.to.pinning = want;
+      pin_trial_ =
+          PinTrial{want, d.to.topology, now_ns, samples_ewma_, pin_signal_ewma_[int(want)]};
     }
   }
 

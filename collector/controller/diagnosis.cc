@@ -1,0 +1,88 @@
+#include "collector/controller/diagnosis.h"
+
+#include <cstdio>
+
+namespace bpftrain::collector::controller {
+namespace {
+
+std::string sentence(const char* format, double a, double b, double c = 0) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, format, a, b, c);
+  return buf;
+}
+
+}  // namespace
+
+bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out) const {
+  if (!f.has_links) return false;
+  double worst_excess = 0;
+  for (int l = 0; l < kLinkCount; ++l) {
+    const LinkSignals& ls = f.links[l];
+    if (!ls.seen) continue;
+    const double limit =
+        Link(l) == Link::kSameHost ? config_.same_host_rtt_p50_s : config_.other_host_rtt_p50_s;
+    // How far over its thresholds the class is; the worst class is the diagnosis.
+    const double excess = std::max(ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s);
+    if (excess < 1 || excess <= worst_excess) continue;
+    worst_excess = excess;
+    out.cause = "congested_link";
+    out.rank = -1;
+    out.link = std::string(linkName(Link(l)));
+    if (Link(l) == Link::kOtherHost && !ls.worst_peer_node.empty())
+      out.link += ":" + ls.worst_peer_node;
+    out.detail = (Link(l) == Link::kSameHost ? std::string("same-host links")
+                                             : "the inter-host link to " + ls.worst_peer_node) +
+                 sentence(": RTT p50 %.1f ms, jitter %.1f ms (worst rank %.0f)", ls.rtt_p50_s * 1e3,
+                          ls.rtt_jitter_s * 1e3, double(ls.worst_rank));
+  }
+  return worst_excess > 0;
+}
+
+const Diagnosis& Diagnoser::update(const Features& f) {
+  Diagnosis d;
+  if (!f.has_steps) {
+    last_ = d;
+    return last_;
+  }
+  const bool on_ring = f.topology == Topology::kRing && f.config_consistent;
+  if (on_ring) {
+    ring_link_ = Diagnosis{};
+    if (linkCongestion(f, ring_link_)) {
+      last_ = ring_link_;
+      return last_;
+    }
+  } else if (ring_link_.cause != "none") {
+    d = ring_link_;
+    d.carried = true;
+    d.detail += " (last seen on the ring; not observable on this topology)";
+    last_ = d;
+    return last_;
+  }
+
+  const double cpu_moves =
+      f.migrations_per_s[int(MigrationScope::kCpu)] + f.migrations_per_s[int(MigrationScope::kLlc)];
+  const double node_moves = f.migrations_per_s[int(MigrationScope::kNode)];
+  if (f.ranks > 1 && f.straggler_ratio >= config_.straggler_ratio) {
+    d.cause = "straggler";
+    d.rank = f.slowest_rank;
+    d.detail = sentence("rank %.0f's step p50 %.1f ms is %.2fx the median rank's",
+                        double(f.slowest_rank), f.slowest_step_p50_s * 1e3, f.straggler_ratio);
+  } else if ((f.numa_remote_faults_per_s > 0 &&
+              f.remote_fault_share >= config_.remote_fault_share) ||
+             node_moves >= config_.node_migrations_per_s) {
+    d.cause = "memory_placement";
+    d.detail = sentence("remote NUMA fault share %.2f, node migrations %.1f/s",
+                        f.remote_fault_share, node_moves);
+  } else if (cpu_moves >= config_.cpu_migrations_per_s) {
+    d.cause = "cpu_contention";
+    d.detail =
+        sentence("cpu+llc task migrations %.0f/s over %.0f ranks", cpu_moves, double(f.ranks));
+  } else if (f.tlb_flushes_per_s >= config_.tlb_flushes_per_s) {
+    d.cause = "tlb_storm";
+    d.detail = sentence("TLB shootdowns %.0f/s", f.tlb_flushes_per_s, 0);
+  }
+  last_ = d;
+  return last_;
+}
+
+}  // namespace bpftrain::collector::controller

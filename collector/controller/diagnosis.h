@@ -1,0 +1,61 @@
+// What is slow in a job and why, from the features the controller already has: one cause at a
+// time, checked in order of how much of a step it can cost. Pure: the same features give the
+// same diagnosis, so it is tested on hand-made streams like the policies.
+//
+// Link congestion is judged directly only while the job runs the ring, where every link class
+// carries the gradient in equal chunks. On other topologies a link's signals reflect the
+// topology's own pattern (hierarchical's leaders move large chunks across hosts; its same-host
+// sockets carry only small control messages), so the last link diagnosis made on the ring is
+// carried over, marked so, until the ring is seen again.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "collector/controller/features.h"
+
+namespace bpftrain::collector::controller {
+
+struct DiagnosisConfig {
+  // Link congestion: the rules policy's per-class RTT thresholds (see RulesConfig).
+  double same_host_rtt_p50_s = 0.005;
+  double other_host_rtt_p50_s = 0.005;
+  double rtt_jitter_s = 0.020;
+  // One rank's step-time median this far above the median rank's: a straggler.
+  double straggler_ratio = 1.3;
+  // CPU contention: cpu+llc task migrations per second over the job (rules: pin compact).
+  double cpu_migrations_per_s = 200;
+  // Memory placement: the remote share of NUMA hinting faults, or node migrations per second.
+  double remote_fault_share = 0.3;
+  double node_migrations_per_s = 1.0;
+  // TLB shootdowns per second over the job. Not calibrated on a real storm yet; unshaped 4-rank
+  // training here flushes 2,000-5,700 times per second (controller_e2e_test's features).
+  double tlb_flushes_per_s = 20000;
+};
+
+struct Diagnosis {
+  // none | congested_link | straggler | cpu_contention | memory_placement | tlb_storm
+  std::string_view cause = "none";
+  int rank = -1;         // the rank it concerns; -1 for the whole job
+  std::string link;      // congested_link: "same_host" or "other_host:<peer node>"; else empty
+  std::string detail;    // one sentence with the figures
+  bool carried = false;  // a link diagnosis kept from the last time the ring was seen
+  bool sameAs(const Diagnosis& o) const {
+    return cause == o.cause && rank == o.rank && link == o.link;
+  }
+};
+
+class Diagnoser {
+ public:
+  explicit Diagnoser(DiagnosisConfig config = {}) : config_(config) {}
+  const Diagnosis& update(const Features& f);
+  const Diagnosis& last() const { return last_; }
+
+ private:
+  bool linkCongestion(const Features& f, Diagnosis& out) const;
+  DiagnosisConfig config_;
+  Diagnosis last_;
+  Diagnosis ring_link_;  // the link diagnosis last made on the ring (cause none when clear)
+};
+
+}  // namespace bpftrain::collector::controller

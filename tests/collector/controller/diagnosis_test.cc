@@ -1,0 +1,91 @@
+// The diagnosis on the topology-aware signal model: which cause, which rank or link, and that a
+// topology's own traffic pattern is not mistaken for congestion.
+#include "collector/controller/diagnosis.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/collector/controller/synthetic.h"
+
+namespace bpftrain::collector::controller {
+namespace {
+
+using namespace testing;
+
+Features featuresOf(const JobState& j) { return extractFeatures(snapshotsOf(j), "j", 0, nullptr); }
+
+JobState ring() {
+  JobState j;
+  j.topology = int(Topology::kRing);
+  j.same_host = {1.2e-3, 6e-3, 6e6};
+  j.other_host = {1.3e-3, 6.5e-3, 6e6};
+  return j;
+}
+
+TEST(Diagnosis, HealthyRingIsNone) {
+  Diagnoser d;
+  EXPECT_EQ(d.update(featuresOf(ring())).cause, "none");
+}
+
+TEST(Diagnosis, NamesTheCongestedLinkClassAndPeer) {
+  Diagnoser d;
+  JobState j = ring();
+  j.other_host = {9e-3, 33e-3, 7e6};
+  const Diagnosis& g = d.update(featuresOf(j));
+  EXPECT_EQ(g.cause, "congested_link");
+  EXPECT_EQ(g.link, "other_host:node1");
+  EXPECT_NE(g.detail.find("RTT p50 9.0 ms"), std::string::npos) << g.detail;
+
+  Diagnoser d2;
+  JobState k = ring();
+  k.same_host = {12e-3, 40e-3, 7e6};
+  EXPECT_EQ(d2.update(featuresOf(k)).link, "same_host");
+}
+
+// Hierarchical's leaders keep the inter-host RTT at 6 ms: no congestion diagnosis from it; a
+// diagnosis made on the ring before the switch is carried, marked as such.
+TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
+  Diagnoser fresh;
+  JobState h;
+  h.topology = int(Topology::kHierarchical);
+  h.other_host = {6e-3, 14e-3, 7e6};
+  EXPECT_EQ(fresh.update(featuresOf(h)).cause, "none");
+
+  Diagnoser d;
+  JobState j = ring();
+  j.same_host = {12e-3, 40e-3, 7e6};
+  d.update(featuresOf(j));
+  const Diagnosis& g = d.update(featuresOf(h));
+  EXPECT_EQ(g.cause, "congested_link");
+  EXPECT_EQ(g.link, "same_host");
+  EXPECT_TRUE(g.carried);
+  // Back on a clear ring: healthy again.
+  EXPECT_EQ(d.update(featuresOf(ring())).cause, "none");
+}
+
+TEST(Diagnosis, StragglerRankStandsOut) {
+  JobState four = ring();
+  four.ranks = 4;
+  std::vector<window::SeriesSnapshot> w = snapshotsOf(four);
+  for (auto& s : w)
+    if (s.name == "bpftrain_step_seconds" && s.labels[1].second == "2")
+      s.quantiles = {{0.5, 0.4}, {0.9, 0.45}, {0.99, 0.5}};  // rank 2 at 2x the others' 0.2 s
+  Diagnoser d;
+  const Diagnosis& g = d.update(extractFeatures(w, "j", 0, nullptr));
+  EXPECT_EQ(g.cause, "straggler");
+  EXPECT_EQ(g.rank, 2);
+}
+
+TEST(Diagnosis, CpuContentionAndMemoryPlacement) {
+  std::vector<window::SeriesSnapshot> v = snapshotsOf(ring());
+  v.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 300));
+  Diagnoser d;
+  EXPECT_EQ(d.update(extractFeatures(v, "j", 0, nullptr)).cause, "cpu_contention");
+  v.push_back(counter("bpftrain_numa_hint_faults",
+                      {{"job", "j"}, {"rank", "0"}, {"locality", "remote"}}, 60));
+  v.push_back(counter("bpftrain_numa_hint_faults",
+                      {{"job", "j"}, {"rank", "0"}, {"locality", "local"}}, 40));
+  EXPECT_EQ(d.update(extractFeatures(v, "j", 0, nullptr)).cause, "memory_placement");
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::controller
