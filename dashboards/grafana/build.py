@@ -23,10 +23,10 @@ I = 'instance=~"$instance"'
 RI = "$__rate_interval"
 
 
-def hq(q, metric, by, sel, extra=""):
+def hq(q, metric, by, sel, window=RI):
     """A quantile across every series in `by` from a _hist histogram."""
     return (f"histogram_quantile({q}, sum by ({by}, le) "
-            f"(rate({metric}_hist_bucket{{{sel}{extra}}}[{RI}])))")
+            f"(rate({metric}_hist_bucket{{{sel}}}[{window}])))")
 
 
 def target(expr, legend="", ref=None, instant=False):
@@ -138,10 +138,12 @@ def job_board():
     b = Board("bpftrain-job", "bpftrain / Job",
               "One training job: throughput, step time per rank, allreduce, topology and "
               "pinning with the controller's decisions", JOB_VARS)
-    # The controller's decisions, on the collectors that serve this job's ranks.
+    # The controller's decisions, on the collectors that serve this job's ranks. A decision
+    # series appears at 1, which increase() cannot see, so a new series counts as a decision too.
+    decisions = "bpftrain_controller_decisions_total"
     b.annotation("controller decisions",
-                 "sum by (instance, from, to, reason) "
-                 "(increase(bpftrain_controller_decisions_total[1m])) > 0 "
+                 f"sum by (instance, from, to, reason) (({decisions} - {decisions} offset 15s) > 0 "
+                 f"or ({decisions} unless {decisions} offset 15s)) "
                  f"and on (instance) count by (instance) (bpftrain_step{{{J}}})",
                  "{{from}} -> {{to}}", "{{reason}} ({{instance}})", "orange")
     b.row("Throughput and step time")
@@ -192,13 +194,19 @@ def job_board():
     b.panel("Pinning", "The CPU/memory pinning mode the job's ranks run",
             [target(f"max by (mode) (bpftrain_pinning_info{{{J}}}) == 1", "{{mode}}")],
             kind="state-timeline", w=12, h=5)
+    b.panel("Diagnosis", "What the controller finds slows the job now: cause, rank (-1: the "
+            "job) and link; none when nothing does (docs/controller.md)",
+            [target(f"max by (cause, rank, link) (bpftrain_diagnosis_info{{{J}}}) == 1",
+                    "{{cause}} rank {{rank}} {{link}}")], kind="state-timeline", w=24, h=5)
     b.panel("Config epoch per rank",
             "Epoch of the decision each rank applied; ranks that disagree are mid-switch",
             [target(f"bpftrain_config_epoch{{{JR}}}", "rank {{rank}}")])
-    b.panel("Controller decisions", "Switches in the dashboard's time range, with the reason",
-            [target("sum by (from, to, reason) (increase(bpftrain_controller_decisions_total"
-                    f"[$__range]) and on (instance) count by (instance) "
-                    f"(bpftrain_step{{{J}}})) > 0", instant=True)], kind="table")
+    b.panel("Controller decisions",
+            "Switches since the collector started, by from, to and reason, on the collectors "
+            "that serve the job",
+            [target("sum by (from, to, reason) (bpftrain_controller_decisions_total "
+                    f"and on (instance) count by (instance) (bpftrain_step{{{J}}}))",
+                    instant=True)], kind="table")
     return b
 
 
@@ -325,6 +333,9 @@ def collector_board():
             [target(rate_by("bpftrain_collector_decode_errors_total", "reason"), "{{reason}}")])
     b.panel("Dropped samples/s by reason", "Well-formed samples not stored",
             [target(rate_by("bpftrain_collector_dropped_total", "reason"), "{{reason}}")])
+    b.panel("StatsD input ignored/s by reason",
+            "Understood and not stored: DogStatsD events and service checks, value-less tags",
+            [target(rate_by("bpftrain_collector_statsd_ignored_total", "reason"), "{{reason}}")])
     b.row("Series and windows")
     b.panel("Series and limit", "Series in the window store against --max-series",
             [target(f"bpftrain_collector_series{{{c}}}", "{{instance}} series"),
@@ -359,11 +370,13 @@ def collector_board():
     b.panel("Control frames/s by result", "Control frames sent to rank 0",
             [target(rate_by("bpftrain_controller_sends_total", "instance, result"),
                     "{{instance}} {{result}}")])
-    b.panel("Decision to applied, p50 / p99",
-            "From a decision to every rank reporting its epoch (the apply _hist buckets)",
-            [target(hq(0.5, "bpftrain_controller_apply_seconds", "instance", c),
+    # Decisions are rare: quantiles over 5 minutes of them, whatever the zoom.
+    b.panel("Decision to applied, p50 / p99 (5m)",
+            "From a decision to every rank reporting its epoch, over the decisions of the last "
+            "5 minutes (the apply _hist buckets)",
+            [target(hq(0.5, "bpftrain_controller_apply_seconds", "instance", c, "5m"),
                     "{{instance}} p50"),
-             target(hq(0.99, "bpftrain_controller_apply_seconds", "instance", c),
+             target(hq(0.99, "bpftrain_controller_apply_seconds", "instance", c, "5m"),
                     "{{instance}} p99")], unit="s")
     return b
 

@@ -124,7 +124,7 @@ wait_for 40 "15 s of both ranks' data" has_data \
   "count(count_over_time(bpftrain_step[1m]) >= 15) == 2"  # any job label: checked below
 wait_for 25 "a controller decision" has_data "bpftrain_controller_decisions_total"
 wait_for 10 "the recording rules" has_data "job:bpftrain_step_seconds:p99_rate1m"
-wait_for 10 "a decision's apply time" has_data "bpftrain_controller_apply_seconds_hist_count > 0"
+wait_for 20 "two decisions applied" has_data "bpftrain_controller_apply_seconds_hist_count > 1"
 
 fail=0
 checked=0
