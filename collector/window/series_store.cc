@@ -77,6 +77,12 @@ struct Series {
   SeriesId next = kRejectedSeries;  // next series with the same hash
   std::unique_ptr<Shard[]> shards;  // one per writer
   std::span<const double> bounds;   // histogram bucket bounds (catalogue), empty: none
+  // Expiry (--series-ttl): a lookup of an existing series sets `touched`; the expiry scan turns
+  // it into active_ns, so a series looked up (about to be written) is not expired under its
+  // writer's feet. Samples count through the shards' last_ns.
+  std::atomic<bool> touched{false};
+  int64_t active_ns = std::numeric_limits<int64_t>::min();  // the expiry scan's only
+  bool expires = true;                                      // config.keep said no otherwise
 };
 
 uint64_t fnv1a(uint64_t h, std::string_view s) {
@@ -100,8 +106,15 @@ class ShardedSeriesStore final : public SeriesStore {
         writers_(std::max(config.writers, 1)),
         max_series_(std::min<size_t>(config.max_series, kRejectedSeries - 2)),
         max_labels_(std::min(config.max_labels_per_series, kMaxLabelsHardLimit)),
-        slots_(std::make_unique<std::atomic<Series*>[]>(max_series_)),
-        shard_slots_(std::make_unique<std::atomic<Shard*>[]>(max_series_)) {
+        // With expiry, ids of expired series are not handed out again until the allocation
+        // cursor wraps around an id space four times the series limit, so that an id a writer
+        // still holds from before an expiry never names another series (see expiryEpoch()).
+        id_space_(config.series_ttl.count() > 0
+                      ? std::min<size_t>(max_series_ * 4, kRejectedSeries - 2)
+                      : max_series_),
+        slots_(std::make_unique<std::atomic<Series*>[]>(id_space_)),
+        shard_slots_(std::make_unique<std::atomic<Shard*>[]>(id_space_)),
+        owned_(id_space_) {
     config_.writers = writers_;
     const int64_t step = std::max<int64_t>(config.step.count(), 1);
     const int64_t window = std::max<int64_t>(config.window.count(), step);
@@ -131,8 +144,9 @@ class ShardedSeriesStore final : public SeriesStore {
     }
     std::unique_lock lock(index_mutex_);
     if (SeriesId id = findLocked(h, name, key); id != kRejectedSeries) return checkKind(id, kind);
-    const uint32_t id = count_.load(std::memory_order_relaxed);
-    if (id >= max_series_) return reject();
+    if (live_.load(std::memory_order_relaxed) >= max_series_) return reject();
+    const uint32_t id = freeIdLocked();
+    if (id == kRejectedSeries) return reject();  // every id live or retiring: limit reached
 
     auto series = std::make_unique<Series>();
     series->name = std::string(name);
@@ -142,6 +156,7 @@ class ShardedSeriesStore final : public SeriesStore {
     series->hash = h;
     series->shards = std::make_unique<Shard[]>(size_t(writers_));
     series->bounds = bucketBoundsOf(name, kind);
+    series->expires = !config_.keep || !config_.keep(series->name);
     for (int w = 0; w < writers_; ++w) {
       Shard& shard = series->shards[w];
       shard.kind = kind;
@@ -158,13 +173,15 @@ class ShardedSeriesStore final : public SeriesStore {
     }
     slots_[id].store(series.get(), std::memory_order_release);
     shard_slots_[id].store(series->shards.get(), std::memory_order_release);
-    owned_.push_back(std::move(series));
-    count_.store(id + 1, std::memory_order_release);
+    owned_[id] = std::move(series);
+    live_.fetch_add(1, std::memory_order_relaxed);
+    if (id >= high_water_.load(std::memory_order_relaxed))
+      high_water_.store(id + 1, std::memory_order_release);
     return id;
   }
 
   void record(int writer, SeriesId id, double value, int64_t now_ns) override {
-    if (id >= max_series_ || writer < 0 || writer >= writers_ || !std::isfinite(value)) return;
+    if (id >= id_space_ || writer < 0 || writer >= writers_ || !std::isfinite(value)) return;
     Shard* shards = shard_slots_[id].load(std::memory_order_acquire);
     if (!shards) return;
     Shard& shard = shards[writer];
@@ -187,36 +204,97 @@ class ShardedSeriesStore final : public SeriesStore {
   std::vector<SeriesSnapshot> snapshotWindow(int64_t now_ns,
                                              std::chrono::nanoseconds window) const override {
     const int steps = int(std::max<int64_t>(1, window.count() / config_.step.count()));
-    const uint32_t n = count_.load(std::memory_order_acquire);
+    std::shared_lock retire(retire_mutex_);
+    const uint32_t n = high_water_.load(std::memory_order_acquire);
     std::vector<SeriesSnapshot> out;
-    out.reserve(n);
+    out.reserve(live_.load(std::memory_order_relaxed));
     Sketch scratch(config_.relative_error);
     for (uint32_t id = 0; id < n; ++id)
-      out.push_back(snapshotOf(*seriesAt(id), now_ns, scratch, steps));
+      if (const Series* s = seriesAt(id)) out.push_back(snapshotOf(*s, now_ns, scratch, steps));
     return out;
   }
 
   SeriesSnapshot snapshotOne(SeriesId id, int64_t now_ns) const override {
+    std::shared_lock retire(retire_mutex_);
     const Series* s = seriesAt(id);
     if (!s) return SeriesSnapshot{};
     Sketch scratch(config_.relative_error);
     return snapshotOf(*s, now_ns, scratch);
   }
 
-  size_t seriesCount() const override { return count_.load(std::memory_order_acquire); }
+  size_t seriesCount() const override { return live_.load(std::memory_order_relaxed); }
+  uint64_t expiredSeries() const override { return expired_.load(std::memory_order_relaxed); }
+  uint64_t expiryEpoch() const override { return epoch_.load(std::memory_order_acquire); }
+
+  size_t expireIdle(int64_t now_ns) override {
+    const int64_t ttl = config_.series_ttl.count();
+    if (ttl <= 0) return 0;
+    std::lock_guard scan_lock(expire_mutex_);
+    if (now_ns < next_scan_ns_) return 0;
+    // A scan every eighth of the TTL (at least a step): a series leaves within ttl * 9/8.
+    next_scan_ns_ = now_ns + std::max<int64_t>(ttl / 8, config_.step.count());
+    {
+      // What the previous scan retired is freed now: readers hold the retire lock while they use
+      // a series, and a writer that loaded an id before that scan has long finished its record().
+      std::unique_lock retire(retire_mutex_);
+      std::unique_lock lock(index_mutex_);
+      for (SeriesId id : retiring_ids_) state_[id] = kFree;
+      retiring_ids_.clear();
+      retired_.clear();
+    }
+    std::vector<SeriesId> idle;
+    const uint32_t n = high_water_.load(std::memory_order_acquire);
+    for (uint32_t id = 0; id < n; ++id) {
+      Series* s = seriesAt(id);
+      if (!s || !s->expires) continue;
+      if (s->touched.exchange(false, std::memory_order_acq_rel)) s->active_ns = now_ns;
+      int64_t last = s->active_ns;
+      for (int w = 0; w < writers_; ++w) {
+        Shard& shard = s->shards[size_t(w)];
+        shard.lock.lock();
+        last = std::max(last, shard.last_ns);
+        shard.lock.unlock();
+      }
+      if (last == std::numeric_limits<int64_t>::min()) {
+        s->active_ns = now_ns;  // created since the last scan, never written: its TTL starts now
+        continue;
+      }
+      if (now_ns - last >= ttl) idle.push_back(id);
+    }
+    if (idle.empty()) return 0;
+    std::unique_lock lock(index_mutex_);
+    size_t expired = 0;
+    for (SeriesId id : idle) {
+      Series* s = seriesAt(id);
+      // Looked up since the scan above: about to be written, so it stays.
+      if (!s || s->touched.load(std::memory_order_acquire)) continue;
+      unlinkLocked(id, *s);
+      slots_[id].store(nullptr, std::memory_order_release);
+      shard_slots_[id].store(nullptr, std::memory_order_release);
+      state_[id] = kRetiring;
+      retiring_ids_.push_back(id);
+      retired_.push_back(std::move(owned_[id]));
+      ++expired;
+    }
+    live_.fetch_sub(expired, std::memory_order_relaxed);
+    expired_.fetch_add(expired, std::memory_order_relaxed);
+    if (expired) epoch_.fetch_add(1, std::memory_order_acq_rel);
+    return expired;
+  }
   uint64_t rejectedSeries() const override { return rejected_.load(std::memory_order_relaxed); }
   uint64_t lateSamples() const override { return late_.load(std::memory_order_relaxed); }
 
   size_t memoryBytes() const override {
     std::shared_lock lock(index_mutex_);
     size_t bytes = sizeof(*this) +
-                   max_series_ * (sizeof(std::atomic<Series*>) + sizeof(std::atomic<Shard*>)) +
-                   owned_.capacity() * sizeof(std::unique_ptr<Series>);
+                   id_space_ * (sizeof(std::atomic<Series*>) + sizeof(std::atomic<Shard*>)) +
+                   owned_.capacity() * sizeof(std::unique_ptr<Series>) + state_.capacity();
     // unordered_map: the bucket array plus one node (next pointer + value; libstdc++ caches no
     // hash for integer keys) each.
     bytes += index_.bucket_count() * sizeof(void*) +
              index_.size() * (sizeof(void*) + sizeof(std::pair<const uint64_t, SeriesId>));
     for (const auto& s : owned_) {
+      if (!s) continue;
       bytes += sizeof(Series) + heapBytes(s->name);
       bytes += s->labels.capacity() * sizeof(s->labels[0]);
       for (const auto& [k, v] : s->labels) bytes += heapBytes(k) + heapBytes(v);
@@ -240,10 +318,12 @@ class ShardedSeriesStore final : public SeriesStore {
   }
 
   size_t visitStep(int64_t step, const std::function<void(const StepSummary&)>& fn) const override {
-    const uint32_t n = count_.load(std::memory_order_acquire);
+    std::shared_lock retire(retire_mutex_);
+    const uint32_t n = high_water_.load(std::memory_order_acquire);
     Sketch scratch(config_.relative_error);
     size_t visited = 0;
     for (uint32_t id = 0; id < n; ++id) {
+      if (!seriesAt(id)) continue;
       const Series& s = *seriesAt(id);
       const bool dist = s.kind == SeriesKind::kDistribution;
       StepAggregate agg;
@@ -301,7 +381,10 @@ class ShardedSeriesStore final : public SeriesStore {
   // A name and label set already bound to another kind is refused (Prometheus would reject the
   // exposition) and counted with the rejected series.
   SeriesId checkKind(SeriesId id, SeriesKind kind) {
-    return seriesAt(id)->kind == kind ? id : reject();
+    Series* s = seriesAt(id);
+    if (!s) return reject();  // not reached: findLocked returns live ids
+    s->touched.store(true, std::memory_order_release);
+    return s->kind == kind ? id : reject();
   }
 
   SeriesId findLocked(uint64_t h, std::string_view name, std::span<const Label* const> key) const {
@@ -318,8 +401,42 @@ class ShardedSeriesStore final : public SeriesStore {
     return kRejectedSeries;
   }
 
+  // The next id neither live nor retiring, from the allocation cursor on (index lock held).
+  SeriesId freeIdLocked() {
+    for (size_t tried = 0; tried < id_space_; ++tried) {
+      const uint32_t id = next_id_;
+      next_id_ = next_id_ + 1 == id_space_ ? 0 : next_id_ + 1;
+      if (state_[id] == kFree) {
+        state_[id] = kLive;
+        return id;
+      }
+    }
+    return kRejectedSeries;
+  }
+
+  // Takes an expired series out of its hash chain (index lock held).
+  void unlinkLocked(SeriesId id, const Series& s) {
+    auto it = index_.find(s.hash);
+    if (it == index_.end()) return;
+    if (it->second == id) {
+      if (s.next == kRejectedSeries)
+        index_.erase(it);
+      else
+        it->second = s.next;
+      return;
+    }
+    for (SeriesId prev = it->second; prev != kRejectedSeries;) {
+      Series* p = seriesAt(prev);
+      if (p->next == id) {
+        p->next = s.next;
+        return;
+      }
+      prev = p->next;
+    }
+  }
+
   Series* seriesAt(SeriesId id) const {
-    if (id >= max_series_) return nullptr;
+    if (id >= id_space_) return nullptr;
     return slots_[id].load(std::memory_order_acquire);
   }
 
@@ -384,12 +501,25 @@ class ShardedSeriesStore final : public SeriesStore {
   size_t max_series_;
   size_t max_labels_;
   WindowSpec spec_, sketch_spec_;
+  size_t id_space_;  // max_series_, or four times it with expiry
   std::unique_ptr<std::atomic<Series*>[]> slots_;
   std::unique_ptr<std::atomic<Shard*>[]> shard_slots_;  // record()'s path: id -> shards
-  std::atomic<uint32_t> count_{0};
+  std::atomic<uint32_t> high_water_{0};                 // ids below it may be live
+  std::atomic<size_t> live_{0};
   mutable std::shared_mutex index_mutex_;
   std::unordered_map<uint64_t, SeriesId> index_;
-  std::vector<std::unique_ptr<Series>> owned_;
+  std::vector<std::unique_ptr<Series>> owned_;  // by id
+  enum : uint8_t { kFree, kLive, kRetiring };
+  std::vector<uint8_t> state_ = std::vector<uint8_t>(id_space_, kFree);  // index lock
+  uint32_t next_id_ = 0;                                                 // index lock
+  // Expiry: one scan at a time; series retired by one scan are freed by the next.
+  std::mutex expire_mutex_;
+  int64_t next_scan_ns_ = std::numeric_limits<int64_t>::min();
+  mutable std::shared_mutex retire_mutex_;
+  std::vector<std::unique_ptr<Series>> retired_;
+  std::vector<SeriesId> retiring_ids_;
+  std::atomic<uint64_t> expired_{0};
+  std::atomic<uint64_t> epoch_{0};
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> late_{0};
 };

@@ -43,6 +43,11 @@ struct WindowConfig {
   size_t max_labels_per_series = 16;
   double relative_error = 0.01;  // quantile sketch guarantee
   int writers = 1;               // number of concurrent writer threads (ingest sockets + loader)
+  // Series with no sample and no lookup for this long leave the store (expireIdle()); 0: never.
+  std::chrono::nanoseconds series_ttl{0};
+  // Series that never expire whatever the TTL (e.g. those a writer caches ids of without
+  // watching expiryEpoch()); empty: every series may expire.
+  std::function<bool(std::string_view name)> keep;
 };
 
 using SeriesId = uint32_t;
@@ -107,7 +112,19 @@ class SeriesStore {
   // One series (the controller's features); empty optional-like result: count == 0 and name empty.
   virtual SeriesSnapshot snapshotOne(SeriesId id, int64_t now_ns) const = 0;
 
-  virtual size_t seriesCount() const = 0;
+  virtual size_t seriesCount() const = 0;  // live series (expired ones no longer count)
+
+  // ---- expiry (config.series_ttl). Called periodically (the collector: every step); scans at
+  // most every ttl/8 and removes the series idle for ttl from the store and every snapshot.
+  // Returns how many it removed. An expired series' id is not reused for a long while, but a
+  // writer caching ids must look them up again when expiryEpoch() changes: a sample recorded
+  // under an expired id is dropped. A lookup revives nothing: it creates the series anew.
+  virtual size_t expireIdle(int64_t now_ns) {
+    (void)now_ns;
+    return 0;
+  }
+  virtual uint64_t expiryEpoch() const { return 0; }    // bumped by each expireIdle() that removed
+  virtual uint64_t expiredSeries() const { return 0; }  // removed since creation
   virtual uint64_t rejectedSeries() const = 0;
   virtual size_t memoryBytes() const = 0;  // for the memory-per-series benchmark
 

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <new>
@@ -362,6 +364,165 @@ TEST(SeriesStore, MergedStepsFillTheParentsHistogram) {
   EXPECT_EQ(s.bucket_counts[le_50ms], 40u);
   EXPECT_EQ(s.bucket_counts.back(), 40u);
   EXPECT_NEAR(s.total, 30 * 0.003 + 10 * 0.03, 1e-9);
+}
+
+// ---- expiry (--series-ttl)
+
+WindowConfig ttlConfig(std::chrono::nanoseconds ttl, size_t max_series = 1000, int writers = 1) {
+  WindowConfig c = smallConfig(writers, max_series);
+  c.series_ttl = ttl;
+  return c;
+}
+
+std::vector<std::string> jobsOf(const SeriesStore& store, int64_t now_ns) {
+  std::vector<std::string> jobs;
+  for (const SeriesSnapshot& s : store.snapshot(now_ns)) jobs.push_back(s.labels.at(0).second);
+  std::sort(jobs.begin(), jobs.end());
+  return jobs;
+}
+
+TEST(SeriesStoreExpiry, IdleSeriesLeaveTheStoreAndTheSnapshot) {
+  auto store = SeriesStore::create(ttlConfig(std::chrono::seconds(2)));
+  const int64_t t0 = 100 * kSec;
+  Label a[] = {{"job", "a"}}, b[] = {{"job", "b"}};
+  SeriesId ia = store->lookup("bpftrain_step", a, SeriesKind::kGauge);
+  SeriesId ib = store->lookup("bpftrain_step", b, SeriesKind::kGauge);
+  store->record(0, ia, 1, t0);
+  store->record(0, ib, 1, t0);
+  store->record(0, ia, 2, t0 + kSec);  // a keeps sending, b went away
+  EXPECT_EQ(store->expireIdle(t0 + kSec), 0u);
+  EXPECT_EQ(store->expiryEpoch(), 0u);
+  EXPECT_EQ(store->expireIdle(t0 + 2500 * kMs), 1u);
+  EXPECT_EQ(store->seriesCount(), 1u);
+  EXPECT_EQ(store->expiredSeries(), 1u);
+  EXPECT_EQ(store->expiryEpoch(), 1u);
+  EXPECT_EQ(jobsOf(*store, t0 + 2500 * kMs), std::vector<std::string>{"a"});
+  EXPECT_EQ(store->snapshotOne(ib, t0 + 2500 * kMs).name, "");
+  // A sample under the expired id is dropped, not filed under another series.
+  store->record(0, ib, 5, t0 + 2600 * kMs);
+  EXPECT_EQ(store->seriesCount(), 1u);
+  // b comes back: a new series, with a new id and nothing of the old one.
+  SeriesId again = store->lookup("bpftrain_step", b, SeriesKind::kGauge);
+  ASSERT_NE(again, kRejectedSeries);
+  EXPECT_NE(again, ib);
+  store->record(0, again, 7, t0 + 2700 * kMs);
+  SeriesSnapshot snap = store->snapshotOne(again, t0 + 2700 * kMs);
+  EXPECT_EQ(snap.count, 1u);
+  EXPECT_EQ(snap.last, 7);
+  EXPECT_EQ(jobsOf(*store, t0 + 2700 * kMs), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(SeriesStoreExpiry, ALookupKeepsASeriesAliveAndKeepAndZeroTtlNeverExpire) {
+  WindowConfig config = ttlConfig(std::chrono::seconds(1));
+  config.keep = [](std::string_view name) { return name == "bpftrain_kept"; };
+  auto store = SeriesStore::create(config);
+  const int64_t t0 = 100 * kSec;
+  Label l[] = {{"job", "x"}};
+  store->record(0, store->lookup("bpftrain_kept", l, SeriesKind::kCounter), 1, t0);
+  store->record(0, store->lookup("bpftrain_looked_up", l, SeriesKind::kCounter), 1, t0);
+  store->record(0, store->lookup("bpftrain_idle", l, SeriesKind::kCounter), 1, t0);
+  EXPECT_EQ(store->expireIdle(t0), 0u);
+  // Looked up (a writer about to record) after the scan at t0: not idle, though it has no sample.
+  store->lookup("bpftrain_looked_up", l, SeriesKind::kCounter);
+  EXPECT_EQ(store->expireIdle(t0 + 1500 * kMs), 1u);  // bpftrain_idle only
+  std::vector<std::string> names;
+  for (const SeriesSnapshot& s : store->snapshot(t0 + 1500 * kMs)) names.push_back(s.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"bpftrain_kept", "bpftrain_looked_up"}));
+  EXPECT_EQ(store->expireIdle(t0 + 60 * kSec), 1u);  // the looked-up one, idle since
+  EXPECT_EQ(store->seriesCount(), 1u);
+
+  auto forever = SeriesStore::create(smallConfig());
+  forever->record(0, forever->lookup("bpftrain_idle", l, SeriesKind::kCounter), 1, t0);
+  EXPECT_EQ(forever->expireIdle(t0 + 3600 * kSec), 0u);
+  EXPECT_EQ(forever->seriesCount(), 1u);
+}
+
+// Thousands of short jobs, each a few series for a moment: with a TTL the store holds only the
+// recent ones, never reaches its limit and its memory stays flat.
+TEST(SeriesStoreExpiry, ShortJobsComingAndGoingKeepTheSeriesCountAndMemoryFlat) {
+  constexpr int kJobs = 5000, kSeriesPerJob = 5;
+  constexpr size_t kLimit = 1000;  // far below the 25000 series the jobs create in all
+  auto store = SeriesStore::create(ttlConfig(std::chrono::seconds(2), kLimit, 2));
+  const char* names[kSeriesPerJob] = {"bpftrain_step_seconds", "bpftrain_loss", "bpftrain_step",
+                                      "bpftrain_allreduce_bytes", "bpftrain_samples_per_second"};
+  const SeriesKind kinds[kSeriesPerJob] = {SeriesKind::kDistribution, SeriesKind::kGauge,
+                                           SeriesKind::kGauge, SeriesKind::kCounter,
+                                           SeriesKind::kGauge};
+  int64_t now = 100 * kSec;
+  size_t most = 0, memory_at_1000 = 0, memory_most = 0;
+  for (int job = 0; job < kJobs; ++job, now += 100 * kMs) {  // a new job every 100 ms
+    std::string name = "job-" + std::to_string(job);
+    Label labels[] = {{"job", name}, {"rank", "0"}};
+    for (int i = 0; i < kSeriesPerJob; ++i) {
+      SeriesId id = store->lookup(names[i], labels, kinds[i]);
+      ASSERT_NE(id, kRejectedSeries) << "job " << job;
+      for (int k = 0; k < 10; ++k) store->record(job % 2, id, 0.01 * (k + 1), now);
+    }
+    store->expireIdle(now);
+    most = std::max(most, store->seriesCount());
+    if (job == 1000) memory_at_1000 = store->memoryBytes();
+    if (job > 1000) memory_most = std::max(memory_most, store->memoryBytes());
+  }
+  // Live: the jobs of the last TTL plus at most one scan interval (ttl/8): 2.25 s of jobs.
+  EXPECT_LE(most, size_t(23 * kSeriesPerJob));
+  EXPECT_EQ(store->rejectedSeries(), 0u);
+  EXPECT_GE(store->expiredSeries(), uint64_t((kJobs - 23) * kSeriesPerJob));
+  EXPECT_EQ(store->expiredSeries() + store->seriesCount(), uint64_t(kJobs * kSeriesPerJob));
+  EXPECT_LE(memory_most, memory_at_1000 + memory_at_1000 / 10);
+  store->expireIdle(now + 10 * kSec);
+  store->expireIdle(now + 20 * kSec);
+  EXPECT_EQ(store->seriesCount(), 0u);
+  EXPECT_TRUE(store->snapshot(now + 20 * kSec).empty());
+}
+
+// Writers record through cached ids and look up new series while the expiry scan removes idle
+// ones and readers take snapshots (run under TSan by tools/test --sanitize thread).
+TEST(SeriesStoreExpiry, ConcurrentWritersReadersAndExpiry) {
+  constexpr int kWriters = 3;
+  auto store = SeriesStore::create(ttlConfig(std::chrono::milliseconds(200), 2000, kWriters));
+  std::atomic<int64_t> now{100 * kSec};
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      for (const SeriesSnapshot& s : store->snapshot(now.load())) EXPECT_FALSE(s.name.empty());
+      store->memoryBytes();
+    }
+  });
+  std::thread expirer([&] {
+    while (!done.load()) store->expireIdle(now.load());
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      uint64_t epoch = store->expiryEpoch();
+      std::vector<SeriesId> ids;
+      for (int round = 0; round < 300; ++round) {
+        if (uint64_t e = store->expiryEpoch(); e != epoch) {
+          epoch = e;
+          ids.clear();  // what the contract asks of a writer that caches ids
+        }
+        std::string job = std::to_string(w) + "-" + std::to_string(round / 20);
+        Label l[] = {{"job", job}};
+        if (ids.empty()) ids.push_back(store->lookup("bpftrain_c", l, SeriesKind::kCounter));
+        for (SeriesId id : ids) store->record(w, id, 1, now.load());
+        if (w == 0) now.fetch_add(10 * kMs);
+        if (round % 20 == 19) ids.clear();  // this writer's job ends
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  // Every job has ended: as time goes on the expirer removes them all (deadline, not a sleep).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store->seriesCount() > 0 && std::chrono::steady_clock::now() < deadline) {
+    now.fetch_add(50 * kMs);
+    std::this_thread::yield();
+  }
+  done = true;
+  reader.join();
+  expirer.join();
+  EXPECT_EQ(store->seriesCount(), 0u);
+  EXPECT_GE(store->expiredSeries(), uint64_t(kWriters * 300 / 20));
 }
 
 }  // namespace
