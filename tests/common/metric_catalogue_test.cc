@@ -100,6 +100,30 @@ TEST(MetricCatalogue, ScrapeCheckFlagsWhatDisagrees) {
       catalogueMismatches({{"bpftrain_migrations{job=\"j\",rank=\"0\",scope=\"cpu\"}", 1}}).size(),
       1u);
   EXPECT_EQ(catalogueMismatches({{"bpftrain_loss_sum{job=\"j\",rank=\"0\"}", 1}}).size(), 1u);
+  // Histograms of distributions with bucket bounds: buckets carry `le`, _sum and _count do not.
+  EXPECT_TRUE(catalogueMismatches(
+                  {{"bpftrain_step_seconds_hist_bucket{job=\"j\",le=\"0.001\",rank=\"0\"}", 1},
+                   {"bpftrain_step_seconds_hist_sum{job=\"j\",rank=\"0\"}", 1},
+                   {"bpftrain_step_seconds_hist_count{job=\"j\",rank=\"0\"}", 1}})
+                  .empty());
+  EXPECT_EQ(
+      catalogueMismatches({{"bpftrain_step_seconds_hist_count{job=\"j\",le=\"1\",rank=\"0\"}", 1}})
+          .size(),
+      1u);
+  EXPECT_EQ(catalogueMismatches({{"bpftrain_loss_hist_count{job=\"j\",rank=\"0\"}", 1}}).size(),
+            1u);
+}
+// Every distribution the catalogue declares has histogram bounds, ascending; nothing else has.
+TEST(MetricCatalogue, DistributionsHaveAscendingBucketBounds) {
+  for (const MetricDef* def : all()) {
+    if (def->kind != Kind::kDistribution) {
+      EXPECT_TRUE(def->buckets.empty()) << def->name;
+      continue;
+    }
+    ASSERT_FALSE(def->buckets.empty()) << def->name << ": give it bucket bounds";
+    for (size_t i = 1; i < def->buckets.size(); ++i)
+      EXPECT_LT(def->buckets[i - 1], def->buckets[i]) << def->name;
+  }
 }
 
 }  // namespace
