@@ -196,7 +196,29 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   if (reprobe_ns_ < 0) reprobe_ns_ = config_.reprobe_after.count();
 
   // Consecutive steps asking for a higher rung than the current one.
-  congested_steps_ = wanted > level ? congested_steps_ + 1 : 0;
+  // A congestion signal must cost throughput to count: RTT also rises with CPU load alone on a
+  // shared host (the steady-state e2e test saw other_host medians of 5-8 ms with other builds
+  // running, and unchanged samples/s). The reference is this rung's smoothed samples/s over the
+  // steps without congestion; right after a move there is none yet and the signal counts alone
+  // (a failed probe must climb back quickly).
+  // Without a reference (the job's first steps) the signal must hold for kNoReferenceSteps.
+  constexpr int kNoReferenceSteps = 6;
+  signal_steps_ = wanted > level ? signal_steps_ + 1 : 0;
+  // Severe signals (64 MiB queued, 100 ms jitter) are no CPU-load artefact and count alone.
+  const bool costs =
+      !f.has_transport || signal == Signal::kSevere ||
+      (calm_samples_ <= 0
+           ? signal_steps_ >= kNoReferenceSteps
+           : f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_);
+  if (wanted <= level && f.samples_per_s_window > 0) {
+    constexpr double kCalmAlpha = 0.1;  // ~5 s at 500 ms steps
+    calm_samples_ = calm_samples_ <= 0
+                        ? f.samples_per_s_window
+                        : calm_samples_ + kCalmAlpha * (f.samples_per_s_window - calm_samples_);
+  }
+  if (wanted > level && !costs)
+    why += fmt(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
+  congested_steps_ = wanted > level && costs ? congested_steps_ + 1 : 0;
 
   // The all-clear for stepping down. With link classes: the link that caused the step up, clear
   // (and the job not severe anywhere). Without: the job's totals below the low thresholds for
@@ -332,7 +354,14 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
 
   if (d.change && d.to == current) d.change = false;
   if (d.change) {
-    if (d.to.topology != current.topology) on_rung_since_ns_ = now_ns;
+    if (d.to.topology != current.topology) {
+      on_rung_since_ns_ = now_ns;
+      // Another rung, another reference. Stepping down, the lower rung must beat the one it
+      // leaves: its congestion counts while it runs no faster than that rung did.
+      calm_samples_ = levelOf(d.to.topology) < level
+                          ? samples_ewma_ / config_.congestion_throughput_fraction
+                          : -1;
+    }
     last_switch_ns_ = now_ns;
     congested_steps_ = 0;
     pin_steps_ = 0;

@@ -52,6 +52,10 @@ struct RulesConfig {
   double busbw_drop_fraction = 0.6;
   double busbw_clear_fraction = 0.85;
   int escalate_steps = 2;
+  // Congestion counts only while the job's samples/s (1 s window) is at or below this fraction
+  // of the rung's smoothed samples/s without congestion (see decide()). Measured: lo throttled
+  // cut the ring from 232 to 60 samples/s; CPU-load RTT spikes came with unchanged throughput.
+  double congestion_throughput_fraction = 0.85;
   // Without link labels (older probes): the all-clear must hold this long on the job's totals.
   std::chrono::nanoseconds cooldown = std::chrono::seconds(10);
   // With link labels: the causing link clear this long steps down; without a verdict on it, the
@@ -137,7 +141,10 @@ class RulesPolicy final : public Policy {
   std::optional<PinTrial> pin_trial_;
   int64_t pin_blocked_until_ns_ = -1;
   double samples_ewma_ = -1, pin_signal_ewma_[kPinModeCount] = {};
-  int trigger_link_ = -1;    // the link class whose signal made the last step up (-1: none)
+  double calm_samples_ = -1;
+  int signal_steps_ = 0;   // consecutive steps whose signal asks for a higher rung  // this rung's
+                           // smoothed samples/s while not congested
+  int trigger_link_ = -1;  // the link class whose signal made the last step up (-1: none)
   int64_t reprobe_ns_ = -1;  // the current re-probe interval (reprobe_after, doubled on failure)
   int64_t on_rung_since_ns_ = -1;  // when the current rung was entered (re-probe clock)
 };
