@@ -284,6 +284,11 @@ def transport_board():
             [target(hq(0.5, "bpftrain_transport_rtt_seconds", "link", tcp), "{{link}} p50"),
              target(hq(0.99, "bpftrain_transport_rtt_seconds", "link", tcp), "{{link}} p99")],
             unit="s")
+    b.panel("RTT window p99 per rank and peer node",
+            "Each rank's sliding-window p99 RTT (summary) to each peer node: the link that is slow",
+            [target(f'max by (rank, link, peer_node) (bpftrain_transport_rtt_seconds{{{tcp}, '
+                    f'quantile="0.99"}})', "rank {{rank}} {{link}} node {{peer_node}}")],
+            unit="s")
     b.panel("Retransmits/s per rank", "Retransmitted segments",
             [target(f"sum by (rank) (rate(bpftrain_transport_retransmits_total{{{tcp}}}"
                     f"[{RI}]))", "rank {{rank}}")])
