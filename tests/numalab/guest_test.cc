@@ -3,16 +3,23 @@
 // ProbeService and the real SeriesStore, as tests/bpf/probe_service_test.cc does on one node. The
 // ctest `numalab_guest` boots the guest once and runs this binary there; on a machine that is not
 // such a guest every case skips saying so.
+#include <dirent.h>
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <linux/mempolicy.h>
 #include <sched.h>
+#include <spawn.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -25,6 +32,7 @@
 #include "collector/window/series_store.h"
 #include "common/clock.h"
 #include "tests/bpf/workloads.h"
+#include "tests/support/requirements.h"
 
 namespace bpftrain::collector::loader {
 namespace {
@@ -86,6 +94,49 @@ void addIdleThread() {
   std::thread([] {
     for (;;) pause();
   }).detach();
+}
+
+// Anonymous resident pages (heap, model and gradient buffers) per node; file pages (the binaries
+// and libraries in the guest's initramfs) are where the page cache put them and follow no policy.
+// `bound_to`: only mappings whose policy (numa_maps' second field) binds them to that node.
+std::map<int, long> anonPagesPerNode(pid_t pid, int bound_to = -1) {
+  std::map<int, long> pages;
+  std::istringstream maps(readAll("/proc/" + std::to_string(pid) + "/numa_maps"));
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(" anon=") == std::string::npos) continue;
+    std::istringstream words(line);
+    std::string address, policy;
+    words >> address >> policy;
+    if (bound_to >= 0 && policy != "bind:" + std::to_string(bound_to) &&
+        policy.rfind("bind=static:" + std::to_string(bound_to), 0) != 0)
+      continue;
+    for (std::string word; words >> word;) {
+      int node = 0;
+      long n = 0;
+      if (std::sscanf(word.c_str(), "N%d=%ld", &node, &n) == 2) pages[node] += n;
+    }
+  }
+  return pages;
+}
+
+// The launcher's rank processes: rank -> pid, from /proc/PID/task/PID/children and each child's
+// `--rank R` argument.
+std::map<int, pid_t> rankPids(pid_t launcher) {
+  std::map<int, pid_t> ranks;
+  const std::string l = std::to_string(launcher);
+  std::istringstream children(readAll("/proc/" + l + "/task/" + l + "/children"));
+  for (pid_t child; children >> child;) {
+    std::string cmdline = readAll("/proc/" + std::to_string(child) + "/cmdline");
+    std::vector<std::string> args;
+    for (size_t at = 0; at < cmdline.size();) {
+      const size_t end = cmdline.find('\0', at);
+      args.push_back(cmdline.substr(at, end - at));
+      at = end == std::string::npos ? cmdline.size() : end + 1;
+    }
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--rank") ranks[std::stoi(args[i + 1])] = child;
+  }
+  return ranks;
 }
 
 // A buffer the child allocates in setup and then sweeps, one write per page, for `seconds`.
@@ -196,6 +247,49 @@ TEST_F(NumalabGuestTest, ProbesLoadAndAttachOnThisKernel) {
       EXPECT_FALSE(by_name[pmu]->reason.empty()) << pmu;
     }
   }
+}
+
+// A collector given only CAP_BPF and CAP_PERFMON (setcap cap_bpf,cap_perfmon+ep) by a user who
+// is not root: which probes come up. Runs on any machine as root (not only in the guest), so the
+// README's portability matrix has the same facts for this host's kernel.
+TEST(CapabilitiesOnly, ProbesWithCapBpfAndCapPerfmonAsNobody) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to hand a child exactly two capabilities";
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(out[0]);
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    // CAP_PERFMON (38) and CAP_BPF (39) live in the second 32-bit word.
+    data[1].effective = data[1].permitted = (1u << (CAP_PERFMON - 32)) | (1u << (CAP_BPF - 32));
+    if (prctl(PR_SET_KEEPCAPS, 1) != 0 || setgroups(0, nullptr) != 0 || setgid(65534) != 0 ||
+        setuid(65534) != 0 || syscall(SYS_capset, &header, data) != 0)
+      _exit(3);
+    std::string text;
+    for (const auto& s : ProbeService::listProbes())
+      text += s.name + (s.up ? " up" : " DOWN ") + s.reason + "\n";
+    if (write(out[1], text.data(), text.size()) != ssize_t(text.size())) _exit(4);
+    _exit(0);
+  }
+  close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) > 0;) text.append(buf, size_t(n));
+  close(out[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  std::istringstream lines(text);
+  size_t listed = 0;
+  for (std::string line; std::getline(lines, line); ++listed) {
+    std::printf("caps-only probe %s\n", line.c_str());
+    // A probe that is down says why.
+    if (line.find(" DOWN ") != std::string::npos) {
+      EXPECT_GT(line.size(), line.find(" DOWN ") + 6) << line;
+    }
+  }
+  EXPECT_EQ(listed, ProbeService::listProbes().size());
 }
 
 // Each forced move between CPU 0 (node 0) and CPU 1 (node 1) is one sched_migrate_task that
@@ -362,6 +456,83 @@ TEST_F(NumalabGuestTest, HintFaultsRemoteVersusLocal) {
   // The first samples rest on a handful of faults (stack, the idle thread): judge the last one.
   EXPECT_LE(g_remote->last, 0.1);
   EXPECT_GE(g_local->last, 0.9);
+}
+
+// bpftrain-train --ranks 2 --pin numa binds rank r's threads to node r's CPUs and its model and
+// gradient buffers to node r (hwloc_set_area_membind, BIND + STRICT + MIGRATE; docs/trainer.md):
+// those buffers' pages are all on node r. The rank's other anonymous pages (heap, dataset, Gloo's
+// buffers, stacks) keep the default policy, so where they are depends on where the rank ran before
+// it was pinned: measured, not asserted (66-99% on the rank's node in six runs). The same run
+// with
+// --pin none is measured alongside.
+TEST_F(NumalabGuestTest, PinNumaKeepsEachRanksBuffersOnItsNode) {
+  const char* train = "/bin/bpftrain-train";
+  if (access(train, X_OK) != 0)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI(
+        "bpftrain-train is not in the guest (configure with the trainer)");
+  struct Sample {
+    std::map<int, long> all, bound;  // node -> anonymous pages; of those, in mappings bound to rank
+  };
+  auto pages = [](const std::map<int, long>& per_node) {
+    long sum = 0;
+    for (const auto& [node, n] : per_node) sum += n;
+    return sum;
+  };
+  for (const std::string mode : {"numa", "none"}) {
+    std::map<int, Sample> seen;  // rank -> its sample with the most bound pages (the last of them)
+    char store_dir[] = "/tmp/numalab-store-XXXXXX";  // a fresh rendezvous store per run
+    ASSERT_NE(mkdtemp(store_dir), nullptr);
+    const std::string store = store_dir;
+    std::vector<std::string> args = {
+        train,         "--ranks", "2",          "--pin",  mode,
+        "--collector", "none",    "--duration", "12",     "--steps",
+        "1000000",     "--store", store,        "--data", "/numalab/data/digits.csv.gz"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t launcher = -1;
+    ASSERT_EQ(posix_spawn(&launcher, train, nullptr, nullptr, argv.data(), environ), 0);
+    // Sample every second while both ranks live; the last sample is the steady state.
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    int status = 0;
+    while (waitpid(launcher, &status, WNOHANG) == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      const auto ranks = rankPids(launcher);
+      for (const auto& [rank, pid] : ranks) {
+        Sample sample{anonPagesPerNode(pid), anonPagesPerNode(pid, rank)};
+        if (sample.all.empty()) continue;  // gone meanwhile
+        // A rank frees its buffers before it exits: keep the sample with the most bound pages.
+        if (!seen.count(rank) || pages(sample.bound) >= pages(seen[rank].bound))
+          seen[rank] = sample;
+      }
+      std::this_thread::sleep_for(1s);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(launcher, SIGKILL);
+      waitpid(launcher, &status, 0);
+      FAIL() << "bpftrain-train --pin " << mode << " did not finish within 120 s";
+    }
+    std::filesystem::remove_all(store);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "bpftrain-train --pin " << mode << " status " << status;
+    ASSERT_EQ(seen.size(), 2u) << "never saw both ranks of --pin " << mode;
+    auto at = [](const std::map<int, long>& m, int node) { return m.count(node) ? m.at(node) : 0; };
+    for (const auto& [rank, sample] : seen) {
+      const long all = pages(sample.all), bound = pages(sample.bound);
+      std::printf(
+          "--pin %s rank %d: anonymous pages N0=%ld N1=%ld, %.1f%% on node %d; in "
+          "mappings bound to node %d: %ld, %ld of them there\n",
+          mode.c_str(), rank, at(sample.all, 0), at(sample.all, 1),
+          100.0 * double(at(sample.all, rank)) / double(all), rank, rank, bound,
+          at(sample.bound, rank));
+      if (mode == "numa") {
+        EXPECT_GT(bound, 0) << "rank " << rank << ": no mapping bound to node " << rank;
+        EXPECT_GE(double(at(sample.bound, rank)), 0.95 * double(bound)) << "rank " << rank;
+      } else {
+        EXPECT_EQ(bound, 0) << "--pin none bound memory of rank " << rank;
+      }
+    }
+  }
 }
 
 }  // namespace
