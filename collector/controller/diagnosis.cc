@@ -39,24 +39,33 @@ bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out) const {
 }
 
 const Diagnosis& Diagnoser::update(const Features& f) {
-  Diagnosis d;
-  if (!f.has_steps) {
-    last_ = d;
+  Diagnosis d = raw(f);
+  if (d.sameAs(last_)) {
+    last_ = d;  // the figures move on
+    candidate_steps_ = 0;
     return last_;
   }
+  candidate_steps_ = d.sameAs(candidate_) ? candidate_steps_ + 1 : 1;
+  candidate_ = d;
+  if (candidate_steps_ >= kHoldSteps || !f.has_steps) {
+    last_ = d;
+    candidate_steps_ = 0;
+  }
+  return last_;
+}
+
+Diagnosis Diagnoser::raw(const Features& f) {
+  Diagnosis d;
+  if (!f.has_steps) return d;
   const bool on_ring = f.topology == Topology::kRing && f.config_consistent;
   if (on_ring) {
     ring_link_ = Diagnosis{};
-    if (linkCongestion(f, ring_link_)) {
-      last_ = ring_link_;
-      return last_;
-    }
+    if (linkCongestion(f, ring_link_)) return ring_link_;
   } else if (ring_link_.cause != "none") {
     d = ring_link_;
     d.carried = true;
     d.detail += " (last seen on the ring; not observable on this topology)";
-    last_ = d;
-    return last_;
+    return d;
   }
 
   const double cpu_moves =
@@ -81,8 +90,7 @@ const Diagnosis& Diagnoser::update(const Features& f) {
     d.cause = "tlb_storm";
     d.detail = sentence("TLB shootdowns %.0f/s", f.tlb_flushes_per_s, 0);
   }
-  last_ = d;
-  return last_;
+  return d;
 }
 
 }  // namespace bpftrain::collector::controller

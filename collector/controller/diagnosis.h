@@ -53,8 +53,14 @@ class Diagnoser {
 
  private:
   bool linkCongestion(const Features& f, Diagnosis& out) const;
+  Diagnosis raw(const Features& f);
   DiagnosisConfig config_;
   Diagnosis last_;
+  // A new cause is reported once it held for kHoldSteps consecutive steps (as the policy's
+  // escalate_steps), so one noisy 1 s window does not flip the diagnosis.
+  static constexpr int kHoldSteps = 2;
+  Diagnosis candidate_;
+  int candidate_steps_ = 0;
   Diagnosis ring_link_;  // the link diagnosis last made on the ring (cause none when clear)
 };
 

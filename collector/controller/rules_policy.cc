@@ -201,24 +201,29 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // running, and unchanged samples/s). The reference is this rung's smoothed samples/s over the
   // steps without congestion; right after a move there is none yet and the signal counts alone
   // (a failed probe must climb back quickly).
-  // Without a reference (the job's first steps) the signal must hold for kNoReferenceSteps.
-  constexpr int kNoReferenceSteps = 6;
   signal_steps_ = wanted > level ? signal_steps_ + 1 : 0;
-  // Severe signals (64 MiB queued, 100 ms jitter) are no CPU-load artefact and count alone.
-  const bool costs =
-      !f.has_transport || signal == Signal::kSevere ||
-      (calm_samples_ <= 0
-           ? signal_steps_ >= kNoReferenceSteps
-           : f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_);
+  if (wanted <= level) {
+    congested_steps_ = 0;
+  } else if (!f.has_transport || signal == Signal::kSevere) {
+    // Bandwidth is throughput already; severe signals (64 MiB queued, 100 ms jitter) are no
+    // CPU-load artefact: they count alone.
+    ++congested_steps_;
+  } else if (calm_samples_ <= 0) {
+    // No reference yet (the job's first steps): the signal must hold for no_reference_steps.
+    congested_steps_ =
+        std::max(0, signal_steps_ - (config_.no_reference_steps - config_.escalate_steps));
+  } else if (f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_) {
+    ++congested_steps_;
+  } else {
+    congested_steps_ = 0;
+    why += fmt(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
+  }
   if (wanted <= level && f.samples_per_s_window > 0) {
     constexpr double kCalmAlpha = 0.1;  // ~5 s at 500 ms steps
     calm_samples_ = calm_samples_ <= 0
                         ? f.samples_per_s_window
                         : calm_samples_ + kCalmAlpha * (f.samples_per_s_window - calm_samples_);
   }
-  if (wanted > level && !costs)
-    why += fmt(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
-  congested_steps_ = wanted > level && costs ? congested_steps_ + 1 : 0;
 
   // The all-clear for stepping down. With link classes: the link that caused the step up, clear
   // (and the job not severe anywhere). Without: the job's totals below the low thresholds for

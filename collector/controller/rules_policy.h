@@ -54,8 +54,12 @@ struct RulesConfig {
   int escalate_steps = 2;
   // Congestion counts only while the job's samples/s (1 s window) is at or below this fraction
   // of the rung's smoothed samples/s without congestion (see decide()). Measured: lo throttled
-  // cut the ring from 232 to 60 samples/s; CPU-load RTT spikes came with unchanged throughput.
-  double congestion_throughput_fraction = 0.85;
+  // cut the ring from 232 to 60 samples/s; with other builds loading the machine (load 15 on 2
+  // cores) RTT medians of 5-7 ms came with dips to 0.8x, which 0.85 let through.
+  double congestion_throughput_fraction = 0.7;
+  // Before the rung has a calm reference (a job's first steps, one that starts congested) a
+  // signal counts once it held this many consecutive steps (3 s).
+  int no_reference_steps = 6;
   // Without link labels (older probes): the all-clear must hold this long on the job's totals.
   std::chrono::nanoseconds cooldown = std::chrono::seconds(10);
   // With link labels: the causing link clear this long steps down; without a verdict on it, the

@@ -72,6 +72,15 @@ JobState congestedJob() {
   return j;
 }
 
+// The rules policy as the collector makes it, except that a job congested from its first step
+// (no calm reference yet) counts after escalate_steps like any other: these tests are about the
+// service, and start congested.
+std::unique_ptr<Policy> quickRules() {
+  RulesConfig c;
+  c.no_reference_steps = c.escalate_steps;
+  return std::make_unique<RulesPolicy>(c);
+}
+
 std::vector<nlohmann::json> readLog(const std::string& path) {
   std::vector<nlohmann::json> v;
   std::ifstream in(path);
@@ -105,7 +114,7 @@ class ControllerServiceTest : public ::testing::Test {
 
 TEST_F(ControllerServiceTest, SendsASignedDecisionAndRetriesUntilEveryRankAppliedIt) {
   std::string error;
-  auto svc = ControllerService::create(config(), &store_, error);
+  auto svc = ControllerService::create(config(), quickRules(), &store_, error);
   ASSERT_TRUE(svc) << error;
   JobState j = congestedJob();
   store_.set(snapshotsOf(j));
@@ -174,7 +183,7 @@ TEST_F(ControllerServiceTest, SendsASignedDecisionAndRetriesUntilEveryRankApplie
 
 TEST_F(ControllerServiceTest, NeverDecidesOrSendsWhileACheckpointIsBeingWritten) {
   std::string error;
-  auto svc = ControllerService::create(config(), &store_, error);
+  auto svc = ControllerService::create(config(), quickRules(), &store_, error);
   ASSERT_TRUE(svc) << error;
   JobState j = congestedJob();
   j.checkpoint = true;
@@ -206,7 +215,7 @@ TEST_F(ControllerServiceTest, AdviseModeRecommendsLogsAndCountsButSendsNothing) 
   c.mode = ControlMode::kAdvise;
   c.secret.clear();
   std::string error;
-  auto svc = ControllerService::create(c, &store_, error);
+  auto svc = ControllerService::create(c, quickRules(), &store_, error);
   ASSERT_TRUE(svc) << error;
   store_.set(snapshotsOf(congestedJob()));
   for (int i = 0; i < 40; ++i) svc->onStep(store_, i * kStepNs);
@@ -224,7 +233,7 @@ TEST_F(ControllerServiceTest, AbandonsADecisionTheTrainerNeverApplies) {
   ControllerConfig c = config();
   c.max_retries = 3;
   std::string error;
-  auto svc = ControllerService::create(c, &store_, error);
+  auto svc = ControllerService::create(c, quickRules(), &store_, error);
   ASSERT_TRUE(svc) << error;
   store_.set(snapshotsOf(congestedJob()));
   for (int i = 0; i < 2; ++i) svc->onStep(store_, i * kStepNs);

@@ -11,6 +11,12 @@ namespace {
 
 using namespace testing;
 
+// A diagnosis is reported once it held for two steps: feed the same features twice.
+const Diagnosis& settle(Diagnoser& d, const Features& f) {
+  d.update(f);
+  return d.update(f);
+}
+
 Features featuresOf(const JobState& j) { return extractFeatures(snapshotsOf(j), "j", 0, nullptr); }
 
 JobState ring() {
@@ -23,14 +29,14 @@ JobState ring() {
 
 TEST(Diagnosis, HealthyRingIsNone) {
   Diagnoser d;
-  EXPECT_EQ(d.update(featuresOf(ring())).cause, "none");
+  EXPECT_EQ(settle(d, featuresOf(ring())).cause, "none");
 }
 
 TEST(Diagnosis, NamesTheCongestedLinkClassAndPeer) {
   Diagnoser d;
   JobState j = ring();
   j.other_host = {9e-3, 33e-3, 7e6};
-  const Diagnosis& g = d.update(featuresOf(j));
+  const Diagnosis& g = settle(d, featuresOf(j));
   EXPECT_EQ(g.cause, "congested_link");
   EXPECT_EQ(g.link, "other_host:node1");
   EXPECT_NE(g.detail.find("RTT p50 9.0 ms"), std::string::npos) << g.detail;
@@ -38,7 +44,7 @@ TEST(Diagnosis, NamesTheCongestedLinkClassAndPeer) {
   Diagnoser d2;
   JobState k = ring();
   k.same_host = {12e-3, 40e-3, 7e6};
-  EXPECT_EQ(d2.update(featuresOf(k)).link, "same_host");
+  EXPECT_EQ(settle(d2, featuresOf(k)).link, "same_host");
 }
 
 // Hierarchical's leaders keep the inter-host RTT at 6 ms: no congestion diagnosis from it; a
@@ -48,18 +54,18 @@ TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
   JobState h;
   h.topology = int(Topology::kHierarchical);
   h.other_host = {6e-3, 14e-3, 7e6};
-  EXPECT_EQ(fresh.update(featuresOf(h)).cause, "none");
+  EXPECT_EQ(settle(fresh, featuresOf(h)).cause, "none");
 
   Diagnoser d;
   JobState j = ring();
   j.same_host = {12e-3, 40e-3, 7e6};
-  d.update(featuresOf(j));
-  const Diagnosis& g = d.update(featuresOf(h));
+  settle(d, featuresOf(j));
+  const Diagnosis& g = settle(d, featuresOf(h));
   EXPECT_EQ(g.cause, "congested_link");
   EXPECT_EQ(g.link, "same_host");
   EXPECT_TRUE(g.carried);
   // Back on a clear ring: healthy again.
-  EXPECT_EQ(d.update(featuresOf(ring())).cause, "none");
+  EXPECT_EQ(settle(d, featuresOf(ring())).cause, "none");
 }
 
 TEST(Diagnosis, StragglerRankStandsOut) {
@@ -70,7 +76,7 @@ TEST(Diagnosis, StragglerRankStandsOut) {
     if (s.name == "bpftrain_step_seconds" && s.labels[1].second == "2")
       s.quantiles = {{0.5, 0.4}, {0.9, 0.45}, {0.99, 0.5}};  // rank 2 at 2x the others' 0.2 s
   Diagnoser d;
-  const Diagnosis& g = d.update(extractFeatures(w, "j", 0, nullptr));
+  const Diagnosis& g = settle(d, extractFeatures(w, "j", 0, nullptr));
   EXPECT_EQ(g.cause, "straggler");
   EXPECT_EQ(g.rank, 2);
 }
@@ -79,12 +85,25 @@ TEST(Diagnosis, CpuContentionAndMemoryPlacement) {
   std::vector<window::SeriesSnapshot> v = snapshotsOf(ring());
   v.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 300));
   Diagnoser d;
-  EXPECT_EQ(d.update(extractFeatures(v, "j", 0, nullptr)).cause, "cpu_contention");
+  EXPECT_EQ(settle(d, extractFeatures(v, "j", 0, nullptr)).cause, "cpu_contention");
   v.push_back(counter("bpftrain_numa_hint_faults",
                       {{"job", "j"}, {"rank", "0"}, {"locality", "remote"}}, 60));
   v.push_back(counter("bpftrain_numa_hint_faults",
                       {{"job", "j"}, {"rank", "0"}, {"locality", "local"}}, 40));
-  EXPECT_EQ(d.update(extractFeatures(v, "j", 0, nullptr)).cause, "memory_placement");
+  EXPECT_EQ(settle(d, extractFeatures(v, "j", 0, nullptr)).cause, "memory_placement");
+}
+
+// One noisy window does not flip the diagnosis; two in a row do.
+TEST(Diagnosis, ANewCauseMustHoldTwoSteps) {
+  Diagnoser d;
+  JobState j = ring();
+  j.same_host = {12e-3, 40e-3, 7e6};
+  const Features congested = featuresOf(j), healthy = featuresOf(ring());
+  settle(d, healthy);
+  EXPECT_EQ(d.update(congested).cause, "none");
+  EXPECT_EQ(d.update(healthy).cause, "none");
+  EXPECT_EQ(d.update(congested).cause, "none");
+  EXPECT_EQ(d.update(congested).cause, "congested_link");
 }
 
 }  // namespace
