@@ -123,11 +123,11 @@ std::vector<std::string> renderScreen(const JobView& v, const Header& h, int wid
   }
   rest.push_back("HOST" + std::string(v.host.empty() ? "       no host signals for this job" : ""));
   for (const SignalRow& s : v.host)
-    rest.push_back("  " + pad(s.name, 18) + joinParts(s, false, false));
+    rest.push_back("  " + pad(s.name, 19) + joinParts(s, false, false));
   rest.push_back("TRANSPORT" +
                  std::string(v.transport.empty() ? "  no transport signals for this job" : ""));
   for (const SignalRow& s : v.transport)
-    rest.push_back("  " + pad(s.name, 18) +
+    rest.push_back("  " + pad(s.name, 19) +
                    joinParts(s, s.name.find("bytes") != std::string::npos,
                              s.name.find("rtt") != std::string::npos));
   const CollectorHealth& c = v.health;
