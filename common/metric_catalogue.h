@@ -203,6 +203,8 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
   X(kCollectorSeriesRejected, "bpftrain_collector_series_rejected", kCounter, "series", "",        \
     "collector", "Series refused: cardinality limit, too many or duplicate labels, or a name "     \
     "reused with another kind")                                                                    \
+  X(kCollectorSeriesExpired, "bpftrain_collector_series_expired", kCounter, "series", "",          \
+    "collector", "Series removed after --series-ttl without a sample (a job that ended)")          \
   X(kCollectorLateSamples, "bpftrain_collector_late_samples", kCounter, "samples", "",             \
     "collector", "Samples for a step already evicted from the window (kept in totals only)")      \
   X(kCollectorWindowMemoryBytes, "bpftrain_collector_window_memory_bytes", kGauge, "bytes", "",    \

@@ -87,6 +87,14 @@ int run(int argc, char** argv) {
   wc.step = cfg.step;
   wc.max_series = cfg.max_series;
   wc.writers = cfg.ingest_threads + 2;  // ingest threads, the probe service, the controller
+  wc.series_ttl = cfg.series_ttl;
+  // Outside series expire: the trainers' (the dispatcher looks ids up again after an expiry) and
+  // StatsD's. The collector's own and the probes' stay: the loader caches their ids for good.
+  wc.keep = [](std::string_view name) {
+    const metrics::MetricDef* def = metrics::find(name);
+    return def && def->source != "trainer" && def->name != metrics::kTopologyInfo.name &&
+           def->name != metrics::kPinningInfo.name;
+  };
   std::unique_ptr<window::SeriesStore> store = window::SeriesStore::create(wc);
   ingest::SenderRegistry registry;
   Health health;
@@ -127,6 +135,12 @@ int run(int argc, char** argv) {
   metrics->add(std::make_shared<exporter::WindowCollectable>(*store));
 
   std::vector<StepListener> listeners;
+  if (cfg.series_ttl.count() > 0) {
+    listeners.push_back({"expiry", [&](int64_t now) {
+                           if (size_t n = store->expireIdle(now))
+                             logf(LogLevel::kDebug, kLog, "%zu idle series expired", n);
+                         }});
+  }
 
 #ifdef BPFTRAIN_HAVE_LOADER
   std::unique_ptr<loader::ProbeService> probes;
@@ -267,6 +281,7 @@ int run(int argc, char** argv) {
       note(applied, "upstream");
     }
     if (fresh.max_series != cfg.max_series) note(restart, "max_series");
+    if (fresh.series_ttl != cfg.series_ttl) note(restart, "series_ttl");
     if (fresh.listen != cfg.listen) note(restart, "listen");
     if (fresh.metrics != cfg.metrics) note(restart, "metrics");
     if (fresh.window != cfg.window || fresh.step != cfg.step) note(restart, "window/step");

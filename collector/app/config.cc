@@ -88,6 +88,15 @@ const std::map<std::string, Setting>& settings() {
           c.controller_window = *d;
           return {};
         }}},
+      {"series_ttl",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto d = parseDuration(v);
+          if (!d || (d->count() > 0 && *d < std::chrono::seconds(1)))
+            return "expected a duration like 10m or 1h (0s: series never expire)" + got(v);
+          c.series_ttl = *d;
+          return {};
+        }}},
       {"no_bpf",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -188,13 +197,15 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"rcvbuf",
        {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          size_t n;
-          if (!parseInt(v, n) || n < 4096 || n > (1u << 30))
-            return "expected a socket buffer size in bytes, 4096..1073741824" + got(v);
-          c.rcvbuf_bytes = n;
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v)
+            -> std::
+                string {
+                  size_t n;
+                  if (!parseInt(v, n) || n < 4096 || n > (1u << 30))
+                    return "expected a socket buffer size in bytes, 4096..1073741824" + got(v);
+                  c.rcvbuf_bytes = n;
+                  return {};
+                }}},
       {"pid",
        {false, true,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -325,6 +336,8 @@ std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s) {
     mult = 1'000'000'000;
   else if (unit == "m")
     mult = 60'000'000'000;
+  else if (unit == "h")
+    mult = 3'600'000'000'000;
   else
     return std::nullopt;
   if (n > INT64_MAX / mult) return std::nullopt;
@@ -434,6 +447,8 @@ const char* collectorUsage() {
          "  --rcvbuf BYTES         socket receive buffer per ingest socket (33554432)\n"
          "  --max-series N         series cardinality bound (100000); more are rejected and "
          "counted\n"
+         "  --series-ttl D         a series with no sample for D leaves the store and /metrics "
+         "(10m; 0s: never)\n"
          "  --upstream HOST:PORT   forward window summaries to a parent collector\n"
          "  --no-bpf               do not load BPF probes\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"

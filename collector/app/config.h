@@ -37,6 +37,9 @@ struct CollectorConfig {
   std::string features_log;  // controller features every 2 s, JSON lines
   int ingest_threads = 2;
   size_t max_series = 100'000;
+  // A series with no sample for this long leaves the store and the exposition (0: never), so
+  // that jobs coming and going do not fill max_series.
+  std::chrono::nanoseconds series_ttl = std::chrono::minutes(10);
   size_t rcvbuf_bytes = 32u << 20;   // per ingest socket
   std::vector<pid_t> pids;           // --pid (repeatable)
   std::vector<std::string> cgroups;  // --cgroup (repeatable)
@@ -51,7 +54,7 @@ struct CollectorConfig {
 // false with `error` set to one line naming the key or flag.
 bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::string& error);
 
-// Parses a duration such as "5s", "500ms", "250us", "2m"; nullopt when malformed.
+// Parses a duration such as "5s", "500ms", "250us", "2m", "1h"; nullopt when malformed.
 std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s);
 
 const char* collectorUsage();

@@ -83,8 +83,8 @@ std::vector<MetricFamily> WindowCollectable::Collect() const {
       // Distributions with catalogue bucket bounds are also `<name>_hist`: cumulative since
       // the series was created, so rates and sums across ranks and hosts hold. (`_hist`, not
       // `_histogram`: promtool check metrics refuses a type name in a metric name.)
-      if (const size_t hf = familyFor(s.name + "_hist", s.name, s.kind,
-                                      prometheus::MetricType::Histogram, true);
+      if (const size_t hf =
+              familyFor(s.name + "_hist", s.name, s.kind, prometheus::MetricType::Histogram, true);
           hf != kConflict) {
         ClientMetric h;
         h.label.reserve(s.labels.size());
@@ -127,6 +127,7 @@ std::vector<MetricFamily> WindowCollectable::Collect() const {
   if (options_.store_health) {
     families.push_back(single(metrics::kCollectorSeries, double(store_.seriesCount())));
     families.push_back(single(metrics::kCollectorSeriesRejected, double(store_.rejectedSeries())));
+    families.push_back(single(metrics::kCollectorSeriesExpired, double(store_.expiredSeries())));
     families.push_back(single(metrics::kCollectorLateSamples, double(store_.lateSamples())));
     families.push_back(single(metrics::kCollectorWindowMemoryBytes, double(store_.memoryBytes())));
     families.push_back(single(metrics::kCollectorExportConflicts, double(kindConflicts())));

@@ -53,6 +53,16 @@ void Dispatcher::tick(int64_t now_ns) {
 void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns) {
   IngestStats::bump(stats_.datagrams);
   IngestStats::bump(stats_.bytes, datagram.size());
+  // The store expired idle series (--series-ttl): cached ids may name them, so look up again.
+  if (const uint64_t epoch = store_.expiryEpoch(); epoch != expiry_epoch_) {
+    expiry_epoch_ = epoch;
+    for (auto& [sender, s] : senders_) {
+      s.ids.fill(kUnset);
+      s.topology_info.fill(kUnset);
+      s.pinning_info.fill(kUnset);
+    }
+    statsd_.clear();
+  }
   if (datagram.size() >= 4 && wire::getU32(datagram.data()) == wire::kMagic) {
     handleBinary(datagram, now_ns);
   } else {

@@ -92,7 +92,8 @@ class Dispatcher {
   std::unordered_map<uint64_t, SenderState> senders_;
   KeyTable<StatsdEntry> statsd_;
   int64_t last_tick_step_ = 0;
-  StatsdLine line_;  // reused parse output
+  StatsdLine line_;            // reused parse output
+  uint64_t expiry_epoch_ = 0;  // the store's expiryEpoch() the cached ids were looked up under
   std::array<char, 2 * kMaxStatsdNameLength +
                        kMaxStatsdTags*(kMaxStatsdNameLength + kMaxStatsdTagValueLength + 2) +
                        kMaxStatsdTagValueLength + 8>

@@ -1,6 +1,10 @@
 // The collector binary on port 0 driven by the load generator over loopback; /metrics scraped
 // over HTTP and compared with what the load generator says it sent, exactly.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -211,6 +215,35 @@ TEST(CollectorE2E, FlagsOverrideTheFile) {
   ASSERT_GT(c.udp_port, 1) << c.proc->err;
   EXPECT_NE(c.proc->out.find("window=60000ms step=1000ms"), std::string::npos) << c.proc->out;
   std::remove(path.c_str());
+}
+
+void sendStatsd(int port, const std::string& text) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(uint16_t(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(sendto(fd, text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
+            ssize_t(text.size()));
+  close(fd);
+}
+
+// --series-ttl: a job that stopped sending leaves /metrics (counted as expired); when it sends
+// again its series is back, new (the ingest thread's cached id was looked up again).
+TEST(CollectorE2E, SeriesOfAJobThatStoppedExpireAndComeBack) {
+  Collector c({"--window", "2s", "--step", "250ms", "--series-ttl", "1s"});
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
+  const std::string series = "ttl_probe_total{job=\"gone\"}";
+  sendStatsd(c.udp_port, "ttl.probe:1|c|#job:gone");
+  auto m = c.scrapeUntil([&](const auto& m) { return get(m, series) == 1; });
+  ASSERT_EQ(get(m, series), 1);
+  m = c.scrapeUntil([&](const auto& m) { return !m.count(series); });
+  EXPECT_FALSE(m.count(series));
+  EXPECT_GE(get(m, "bpftrain_collector_series_expired_total"), 1);
+  sendStatsd(c.udp_port, "ttl.probe:2|c|#job:gone");
+  m = c.scrapeUntil([&](const auto& m) { return get(m, series) == 2; });
+  EXPECT_EQ(get(m, series), 2);  // a new series: the old total is gone with it
 }
 
 // Hierarchy: two child collectors forward window summaries to a parent (--upstream); the

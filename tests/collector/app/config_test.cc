@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 
 namespace bpftrain::collector::app {
@@ -112,6 +113,27 @@ TEST(ConfigTest, ErrorsNameTheKey) {
   EXPECT_NE(err.find("--no-bpf"), std::string::npos) << err;
   EXPECT_FALSE(load({"--metrics"}, c, err));
   EXPECT_NE(err.find("--metrics needs a value"), std::string::npos) << err;
+}
+
+TEST(ConfigTest, SeriesTtl) {
+  CollectorConfig c;
+  std::string err;
+  ASSERT_TRUE(load({}, c, err)) << err;
+  EXPECT_EQ(c.series_ttl, 10min);
+  ASSERT_TRUE(load({"--series-ttl", "1h"}, c, err)) << err;
+  EXPECT_EQ(c.series_ttl, 1h);
+  ASSERT_TRUE(load({"--series-ttl=0s"}, c, err)) << err;
+  EXPECT_EQ(c.series_ttl, 0s);  // never
+  std::string path = ::testing::TempDir() + "/ttl.json";
+  std::ofstream(path) << R"({"series_ttl": "30s"})";
+  ASSERT_TRUE(load({"--config", path.c_str()}, c, err)) << err;
+  EXPECT_EQ(c.series_ttl, 30s);
+  std::ofstream(path) << R"({"series_ttl": "10ms"})";  // shorter than a scan makes sense
+  EXPECT_FALSE(load({"--config", path.c_str()}, c, err));
+  EXPECT_NE(err.find("\"series_ttl\""), std::string::npos) << err;
+  EXPECT_FALSE(load({"--series-ttl", "soon"}, c, err));
+  EXPECT_NE(err.find("--series-ttl"), std::string::npos) << err;
+  std::remove(path.c_str());
 }
 
 TEST(ConfigTest, Durations) {
