@@ -81,6 +81,14 @@ int run(int argc, char** argv) {
     std::fputs(metrics::markdownTable().c_str(), stdout);
     return 0;
   }
+  // Least privilege: the defaults are loopback; listening everywhere is a choice worth a line.
+  for (const auto& [flag, hp] : {std::pair{"--listen", &cfg.listen}, {"--metrics", &cfg.metrics}})
+    if (isWildcardHost(hp->host))
+      logf(LogLevel::kWarn, kLog,
+           "%s %s listens on every interface: anyone who can reach this host can %s; bind "
+           "127.0.0.1 or one interface's address unless that is intended",
+           flag, hp->str().c_str(),
+           std::string_view(flag) == "--listen" ? "send samples" : "read every metric");
 
   window::WindowConfig wc;
   wc.window = cfg.window;

@@ -320,6 +320,10 @@ bool applyFile(const std::string& path, CollectorConfig& out, std::string& error
 
 }  // namespace
 
+bool isWildcardHost(std::string_view host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "0:0:0:0:0:0:0:0";
+}
+
 std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s) {
   int64_t n;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);

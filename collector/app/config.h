@@ -54,6 +54,10 @@ struct CollectorConfig {
 // false with `error` set to one line naming the key or flag.
 bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::string& error);
 
+// True for a host that binds every interface: 0.0.0.0, ::, or empty. The collector listens on
+// 127.0.0.1 unless told otherwise and warns when told to listen everywhere.
+bool isWildcardHost(std::string_view host);
+
 // Parses a duration such as "5s", "500ms", "250us", "2m", "1h"; nullopt when malformed.
 std::optional<std::chrono::nanoseconds> parseDuration(std::string_view s);
 

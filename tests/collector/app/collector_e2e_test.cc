@@ -208,6 +208,15 @@ TEST(CollectorE2E, ConfigMistakesExitTwoWithOneLineNamingTheKey) {
   std::remove(path.c_str());
 }
 
+TEST(CollectorE2E, AWildcardListenerIsWarnedAbout) {
+  Collector loopback;
+  ASSERT_GT(loopback.udp_port, 0) << loopback.proc->err;
+  EXPECT_EQ(loopback.proc->err.find("every interface"), std::string::npos) << loopback.proc->err;
+  Collector c({"--listen", "0.0.0.0:0"});
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
+  EXPECT_TRUE(c.proc->waitFor("--listen 0.0.0.0:0 listens on every interface", 5s)) << c.proc->err;
+}
+
 TEST(CollectorE2E, FlagsOverrideTheFile) {
   std::string path = ::testing::TempDir() + "/collector_override.json";
   std::ofstream(path) << R"({"window": "10s", "step": "2s", "listen": "127.0.0.1:1"})";

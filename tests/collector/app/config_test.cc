@@ -136,11 +136,26 @@ TEST(ConfigTest, SeriesTtl) {
   std::remove(path.c_str());
 }
 
+TEST(ConfigTest, ListenersDefaultToLoopbackAndWildcardsAreKnown) {
+  CollectorConfig c;
+  std::string err;
+  ASSERT_TRUE(load({}, c, err)) << err;
+  for (const HostPort* hp : {&c.listen, &c.metrics, &c.trainer}) {
+    EXPECT_EQ(hp->host, "127.0.0.1");
+    EXPECT_FALSE(isWildcardHost(hp->host));
+  }
+  EXPECT_TRUE(isWildcardHost("0.0.0.0"));
+  EXPECT_TRUE(isWildcardHost("::"));
+  EXPECT_FALSE(isWildcardHost("::1"));
+  EXPECT_FALSE(isWildcardHost("10.0.0.1"));
+}
+
 TEST(ConfigTest, Durations) {
   EXPECT_EQ(parseDuration("5s"), 5s);
   EXPECT_EQ(parseDuration("500ms"), 500ms);
   EXPECT_EQ(parseDuration("2m"), 120s);
   EXPECT_EQ(parseDuration("250us"), 250us);
+  EXPECT_EQ(parseDuration("1h"), 3600s);
   EXPECT_FALSE(parseDuration("5"));
   EXPECT_FALSE(parseDuration("s"));
   EXPECT_FALSE(parseDuration("-1s"));
