@@ -133,7 +133,8 @@ bool StatsdState::addMember(SetCell& cell, window::SeriesStore& store, int write
   const int64_t step = store.stepOf(t);
   bool added = cell.members.add(member_hash, step);
   cell.last_ns = t;
-  store.record(writer, cell.id, double(cell.members.count(step)), t);
+  cell.last_count = cell.members.count(step);
+  store.record(writer, cell.id, double(cell.last_count), t);
   return added;
 }
 
@@ -146,8 +147,11 @@ void StatsdState::refreshSets(window::SeriesStore& store, int writer, int64_t no
   for (SetCell* c : cells) {
     std::lock_guard lock(c->lock);
     const int64_t t = std::max(now_ns, c->last_ns + 1);
+    const uint64_t n = c->members.count(store.stepOf(t));
+    if (n == 0 && c->last_count == 0) continue;  // idle: leave it to expire
     c->last_ns = t;
-    store.record(writer, c->id, double(c->members.count(store.stepOf(t))), t);
+    c->last_count = n;
+    store.record(writer, c->id, double(n), t);
   }
 }
 

@@ -66,6 +66,7 @@ class StatsdState {
     window::SeriesId id = window::kRejectedSeries;
     DistinctWindow members;
     int64_t last_ns = std::numeric_limits<int64_t>::min();
+    uint64_t last_count = 0;  // the count recorded last
     explicit SetCell(int steps) : members(steps) {}
   };
 
@@ -82,7 +83,8 @@ class StatsdState {
   static bool addMember(SetCell& cell, window::SeriesStore& store, int writer, uint64_t member_hash,
                         int64_t now_ns);
   // Records every set's distinct count at now_ns, so that members leaving the window lower the
-  // gauge without new traffic. One ingest thread calls it once per window step.
+  // gauge without new traffic. One ingest thread calls it once per window step. A set whose count
+  // was already recorded as 0 is not written again, so an idle set can expire (--series-ttl).
   void refreshSets(window::SeriesStore& store, int writer, int64_t now_ns);
 
   size_t sets() const;

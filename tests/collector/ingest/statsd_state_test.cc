@@ -79,7 +79,10 @@ TEST(StatsdStateTest, RefreshRecordsTheCountAsMembersExpire) {
   state.refreshSets(store, 0, 10 * s);  // step 10: step 0 still in the window
   state.refreshSets(store, 0, 11 * s);  // member 1 gone
   state.refreshSets(store, 0, 12 * s);  // member 2 gone
+  state.refreshSets(store, 0, 13 * s);  // 0 already recorded: not written again (it may expire)
   EXPECT_EQ(store.get("users{}").values, (std::vector<double>{1, 2, 2, 2, 1, 0}));
+  StatsdState::addMember(cell, store, 0, 3, 14 * s);
+  EXPECT_EQ(store.get("users{}").values.back(), 1);
   EXPECT_EQ(state.sets(), 1u);
 }
 
