@@ -179,6 +179,11 @@ bool RulesPolicy::pinTrialUndo(const Features& f, const Arm& current, int64_t no
   return harm || !(better || calmer);
 }
 
+void RulesPolicy::startDescentTrial(Topology from, Topology to, int64_t now_ns) {
+  descent_trial_ = DescentTrial{to, now_ns, samples_ewma_};
+  descent_trial_from_ = from;
+}
+
 Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_ns) {
   Decision d;
   d.to = current;
@@ -254,7 +259,39 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   const bool escalate_ok =
       dwell_ok || (last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
                    since_switch >= config_.escalate_dwell.count());
-  if (escalate_ok && congested_steps_ >= config_.escalate_steps) {
+  // A step down is an A/B trial too: after probe_settle, the lower rung's samples/s over
+  // probe_measure must not fall short of the rung it left (smoothed before the move) by more than
+  // probe_loss, whatever the transport signals say (a clear link is no proof the lower rung is
+  // faster: on a busy host hierarchical can beat the ring with nothing congested).
+  std::string slower_why;
+  if (descent_trial_ && current.topology == descent_trial_->to) {
+    DescentTrial& t = *descent_trial_;
+    const int64_t since = now_ns - t.decided_ns;
+    if (since >= config_.probe_settle.count() && f.samples_per_s > 0) {
+      t.sum += f.samples_per_s;
+      ++t.n;
+    }
+    if (since >= (config_.probe_settle + config_.probe_measure).count() && t.n > 0) {
+      const double after = t.sum / t.n;
+      if (after < (1 - config_.probe_loss) * t.before)
+        slower_why = fmt("samples/s %.0f on the lower rung against %.0f before the step down",
+                         after, t.before);
+      descent_trial_.reset();
+    }
+  } else if (descent_trial_ && now_ns - descent_trial_->decided_ns >
+                                   2 * (config_.probe_settle + config_.probe_measure).count()) {
+    descent_trial_.reset();  // never applied, or moved on
+  }
+  if (!slower_why.empty()) {
+    d.change = true;
+    d.to.topology = descent_trial_from_;
+    d.reason = "probe_slower";
+    d.detail = slower_why;
+    cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
+    reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
+    d.detail += fmt("; next probe after %.0fs (cooldown %.0fs)", double(reprobe_ns_) * 1e-9,
+                    double(cooldown_ns_) * 1e-9);
+  } else if (escalate_ok && congested_steps_ >= config_.escalate_steps) {
     d.change = true;
     d.to.topology = topologyAt(wanted);
     d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
@@ -276,6 +313,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.change = true;
     d.to.topology = topologyAt(level - 1);
     d.reason = "clear";
+    startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
     d.detail = clear_why + fmt(" for %.1fs (hold %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
                                double(hold) * 1e-9);
     last_descent_ns_ = now_ns;
@@ -286,6 +324,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.change = true;
     d.to.topology = topologyAt(level - 1);
     d.reason = "reprobe";
+    startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
     d.detail = std::string(linkName(Link(trigger_link_))) +
                fmt(" cannot be judged on this rung; probing the lower one after %.0fs (every "
                    "%.0fs)",

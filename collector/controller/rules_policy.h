@@ -70,6 +70,12 @@ struct RulesConfig {
   // A move up may follow a move down this soon (a failed probe must end quickly); any other
   // move waits min_dwell.
   std::chrono::nanoseconds escalate_dwell = std::chrono::seconds(1);
+  // A step down is kept only when the lower rung's samples/s, measured for probe_measure after
+  // probe_settle, is at least (1 - probe_loss) x the rung it left (reason probe_slower
+  // otherwise, counted as a failed descent).
+  std::chrono::nanoseconds probe_settle = std::chrono::seconds(1);
+  std::chrono::nanoseconds probe_measure = std::chrono::seconds(2);
+  double probe_loss = 0.05;
   // A higher rung can hide the congestion that put us there (hierarchical keeps most traffic
   // off the throttled links), so an all-clear there may be false. A step down that has to climb
   // back within `failed_descent_window` doubles the cooldown, up to `max_cooldown`; one that
@@ -143,6 +149,16 @@ class RulesPolicy final : public Policy {
   // The pending trial's verdict this step, if it has one: true to undo.
   bool pinTrialUndo(const Features& f, const Arm& current, int64_t now_ns, std::string& why);
   std::optional<PinTrial> pin_trial_;
+  struct DescentTrial {
+    Topology to;
+    int64_t decided_ns;
+    double before;  // samples/s of the rung left, smoothed
+    double sum = 0;
+    int n = 0;
+  };
+  void startDescentTrial(Topology from, Topology to, int64_t now_ns);
+  std::optional<DescentTrial> descent_trial_;
+  Topology descent_trial_from_ = Topology::kRing;
   int64_t pin_blocked_until_ns_ = -1;
   double samples_ewma_ = -1, pin_signal_ewma_[kPinModeCount] = {};
   double calm_samples_ = -1;

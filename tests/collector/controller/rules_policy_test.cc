@@ -151,6 +151,27 @@ TEST(RulesPolicy, UplinkCongestionUpAndBackDespiteTheLeadersOwnRtt) {
   for (const Switch& s : sw) EXPECT_NE(s.to.topology, Topology::kHalvingDoubling);
 }
 
+// A busy host where hierarchical outruns the ring with nothing congested (measured in
+// controller_e2e_test's setup: 1034 vs 364-423 samples/s): a probe of the ring finds its links
+// clear but its throughput lower, and climbs back (probe_slower) rather than staying.
+TEST(RulesPolicy, AProbeThatRunsSlowerClimbsBackWhateverTheLinksSay) {
+  RulesPolicy p;
+  auto sw = runOnArm(p, 80, [](double t, const Arm& a) {
+    JobState j = linkModel(t >= 10 && t < 30 ? Phase::kIntraHostCongested : Phase::kClear, a);
+    if (a.topology != Topology::kRing) j.samples_per_s_per_rank = 900;
+    return j;
+  });
+  bool slower = false;
+  for (const Switch& s : sw)
+    if (s.reason == "probe_slower") {
+      slower = true;
+      EXPECT_EQ(s.to.topology, Topology::kHierarchical);
+    }
+  EXPECT_TRUE(slower);
+  ASSERT_FALSE(sw.empty());
+  EXPECT_EQ(sw.back().to.topology, Topology::kHierarchical);
+}
+
 // Clear links for a minute: nothing to do.
 TEST(RulesPolicy, SteadyClearLinksMakeNoDecision) {
   RulesPolicy p;
