@@ -111,6 +111,9 @@ void Model::update(const std::vector<Sample>& samples, double now_s) {
         if (q == "0.9") r.step_p90 = s.value;
         if (q == "0.99") r.step_p99 = s.value;
       }
+      if (n == "diagnosis_info" && s.value == 1)
+        v.diagnosis.push_back({std::string(s.label("cause")), std::string(s.label("rank")),
+                               std::string(s.label("link"))});
       if (n == "step_seconds_sum") step_sum[std::string(s.label("rank"))] = s.value;
       if (n == "allreduce_seconds_sum") allreduce_sum[std::string(s.label("rank"))] = s.value;
       for (const SignalDef& d : kHost) {

@@ -40,6 +40,13 @@ struct SignalRow {
   bool counter = true;  // false: parts hold values (quantiles), not rates
 };
 
+// The controller's diagnosis now (bpftrain_diagnosis_info == 1): what slows the job.
+struct DiagnosisRow {
+  std::string cause;  // none, congested_link, straggler, cpu_contention, ...
+  std::string rank;   // "-1": the whole job
+  std::string link;   // when the cause is a link
+};
+
 struct CollectorHealth {
   double samples_rate = -1;
   double decode_errors = 0, decode_errors_rate = -1;
@@ -49,11 +56,12 @@ struct CollectorHealth {
 };
 
 struct JobView {
-  std::string job;                     // the job shown ("" when the collector has none yet)
-  std::vector<std::string> jobs;       // every job the collector knows
-  double samples_per_second = -1;      // sum over ranks
-  std::vector<RankRow> ranks;          // by rank number
-  std::vector<DecisionRow> decisions;  // most recent change first
+  std::string job;                      // the job shown ("" when the collector has none yet)
+  std::vector<std::string> jobs;        // every job the collector knows
+  double samples_per_second = -1;       // sum over ranks
+  std::vector<RankRow> ranks;           // by rank number
+  std::vector<DecisionRow> decisions;   // most recent change first
+  std::vector<DiagnosisRow> diagnosis;  // empty: the controller does not diagnose this job
   std::vector<SignalRow> host, transport;
   CollectorHealth health;
   int scrapes = 0;

@@ -115,6 +115,15 @@ std::vector<std::string> renderScreen(const JobView& v, const Header& h, int wid
   if (v.ranks.empty()) ranks.push_back("(no rank reports yet)");
 
   rest.push_back("");
+  std::string diag;
+  for (const DiagnosisRow& d : v.diagnosis) {
+    if (!diag.empty()) diag += ";  ";
+    diag += d.cause;
+    if (!d.link.empty()) diag += " link " + d.link;
+    if (!d.rank.empty() && d.rank != "-1") diag += " rank " + d.rank;
+  }
+  rest.push_back("DIAGNOSIS  " +
+                 (diag.empty() ? std::string("- (no controller diagnosis for this job)") : diag));
   rest.push_back("DECISIONS  " + (v.decisions.empty() ? std::string("none yet") : ""));
   for (size_t i = 0; i < v.decisions.size() && i < 3; ++i) {
     const DecisionRow& d = v.decisions[i];

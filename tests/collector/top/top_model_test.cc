@@ -53,7 +53,10 @@ std::string scrape(double step, double decisions, double migrations) {
          "bpftrain_collector_samples_total{protocol=\"binary\"} " +
          n(100 * step) +
          "\n"
-         "bpftrain_probe_up{probe=\"tcp\"} 1\nbpftrain_probe_up{probe=\"pmu\"} 0\n";
+         "bpftrain_probe_up{probe=\"tcp\"} 1\nbpftrain_probe_up{probe=\"pmu\"} 0\n"
+         "bpftrain_diagnosis_info{job=\"j\",cause=\"none\",rank=\"-1\",link=\"\"} 0\n"
+         "bpftrain_diagnosis_info{job=\"j\",cause=\"congested_link\",rank=\"-1\",link=\"other_host:"
+         "node1\"} 1\n";
 }
 
 TEST(TopModel, RanksRatesDecisionsAndHealth) {
@@ -71,6 +74,8 @@ TEST(TopModel, RanksRatesDecisionsAndHealth) {
   ASSERT_EQ(v1.host.size(), 1u);
   EXPECT_EQ(v1.host[0].parts[0].rate, -1);  // one scrape: no rate yet
   EXPECT_EQ(v1.decisions[0].last_change_s, -1);
+  ASSERT_EQ(v1.diagnosis.size(), 1u);  // only the cause at 1
+  EXPECT_EQ(v1.diagnosis[0].cause, "congested_link");
 
   m.update(parseMetricsText(scrape(20, 2, 150)).samples, 2);
   const JobView& v2 = m.view();
@@ -98,6 +103,7 @@ TEST(TopView, FitsTheTerminalAndSaysWhatIsHidden) {
   EXPECT_NE(all.find("topology bcube"), std::string::npos);
   EXPECT_NE(all.find("ring -> bcube  reason queue"), std::string::npos);
   EXPECT_NE(all.find("down: pmu"), std::string::npos);
+  EXPECT_NE(all.find("DIAGNOSIS  congested_link link other_host:node1"), std::string::npos) << all;
   EXPECT_NE(all.find("250.00ms"), std::string::npos);
   for (int w : {20, 40, 80}) {
     for (int hgt : {5, 12, 24}) {
@@ -106,7 +112,7 @@ TEST(TopView, FitsTheTerminalAndSaysWhatIsHidden) {
       for (auto& l : small) EXPECT_LE(l.size(), size_t(w));
     }
   }
-  auto cut = renderScreen(m.view(), h, 120, 15);
+  auto cut = renderScreen(m.view(), h, 120, 16);
   all.clear();
   for (auto& l : cut) all += l + "\n";
   EXPECT_NE(all.find("more ranks"), std::string::npos) << all;

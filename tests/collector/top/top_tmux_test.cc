@@ -151,6 +151,7 @@ TEST(TopTmux, ShowsTheJobRefreshesResizesAndQuits) {
   EXPECT_NE(s.find("2.50GB"), std::string::npos) << s;   // bus bandwidth
   EXPECT_NE(s.find("COLLECTOR  ingest"), std::string::npos) << s;
   EXPECT_NE(s.find("DECISIONS  none yet"), std::string::npos) << s;
+  EXPECT_NE(s.find("DIAGNOSIS  - (no controller diagnosis"), std::string::npos) << s;
 
   // Refreshing in place: the step column grows while the screen stays one screen.
   long first = stepOf(s, "0");
