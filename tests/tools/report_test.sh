@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/report on a synthetic run dir shaped like tools/demo's (3 phases, 2 ranks, 2 topologies,
-# 2 decisions): the HTML holds five decodable PNG plots and the decisions table; headless
-# Chromium loads every image (naturalWidth > 0) and its screenshot shows the plots' colours.
+# 2 decisions, 1 diagnosis): the HTML holds five decodable PNG plots and the decisions and
+# diagnosis tables; headless Chromium loads every image (naturalWidth > 0) and its screenshot
+# shows the plots' colours.
 # Exit 77 (skip) when Chromium is absent outside CI; under CI=true that is a failure.
 set -euo pipefail -o errtrace
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,6 +45,9 @@ with open(f"{d}/decisions.jsonl", "w") as f:
                             "detail": "synthetic", "mode": "act", "job": "demo", "wall_ns": t0 + t * S}) + "\n")
         f.write(json.dumps({"event": "applied", "epoch": e, "apply_latency_s": 0.5, "job": "demo",
                             "wall_ns": t0 + t * S + S // 2}) + "\n")
+with open(f"{d}/decisions.jsonl", "a") as f:
+    f.write(json.dumps({"event": "diagnosis", "cause": "congested_link", "link": "same_host",
+                        "rank": -1, "detail": "synthetic", "job": "demo", "wall_ns": t0 + 11 * S}) + "\n")
 open(f"{d}/run.env", "w").write("rc=0\nmode=loopback\npolicy=rules\n")
 PY
 
@@ -68,6 +72,8 @@ rows = re.findall(r"<tr><td>[^<]*</td><td>([^<]*)</td><td>(\d+)</td><td>([^<]*)<
 if [(r[1], r[3], r[4]) for r in rows] != [("1", "hierarchical/none", "congestion"), ("2", "ring/none", "recovered")]:
     sys.exit(f"FAIL: decisions table rows {rows}")
 if rows[0][0] != "congested": sys.exit(f"FAIL: first decision's phase {rows[0][0]!r}")
+if not re.search(r'<table class="decisions diagnosis">.*<td>congested</td><td>congested_link</td><td>same_host</td>', s):
+    sys.exit("FAIL: the diagnosis table does not show the congested_link diagnosis")
 if "http://" in s.replace("http://www.w3.org", "") or "<script" in s or 'src="http' in s:
     sys.exit("FAIL: the page refers to something outside itself")
 print("structure: 5 plots decode, decisions table ok")
