@@ -111,6 +111,12 @@ std::optional<DecodeReason> addTags(std::string_view tags, char sep, StatsdLine&
 std::optional<DecodeReason> splitNameTags(std::string_view field, StatsdLine& out, bool& had_tags) {
   had_tags = false;
   out.name = field;
+  // One pass for the common case (no tags in the name): the first character that starts any style.
+  size_t first = 0;
+  while (first < field.size() && field[first] != '[' && field[first] != ']' &&
+         field[first] != '#' && field[first] != ',')
+    ++first;
+  if (first == field.size()) return std::nullopt;
   size_t open = findChar(field, '['), close = findChar(field, ']');
   if (open != std::string_view::npos || close != std::string_view::npos) {
     if (open == std::string_view::npos || close == std::string_view::npos || close < open)
