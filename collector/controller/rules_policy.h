@@ -73,9 +73,12 @@ struct RulesConfig {
   // A step down is kept only when the lower rung's samples/s, measured for probe_measure after
   // probe_settle, is at least (1 - probe_loss) x the rung it left (reason probe_slower
   // otherwise, counted as a failed descent).
-  std::chrono::nanoseconds probe_settle = std::chrono::seconds(1);
+  // 2 s of settling: in tools/bench adaptive a probe of the ring 1 s after the switch read 137
+  // against hierarchical's 164 samples/s in a clear phase the ring then won (switch transients,
+  // and rank-reported rates lag by a telemetry interval).
+  std::chrono::nanoseconds probe_settle = std::chrono::seconds(2);
   std::chrono::nanoseconds probe_measure = std::chrono::seconds(2);
-  double probe_loss = 0.05;
+  double probe_loss = 0.10;
   // A higher rung can hide the congestion that put us there (hierarchical keeps most traffic
   // off the throttled links), so an all-clear there may be false. A step down that has to climb
   // back within `failed_descent_window` doubles the cooldown, up to `max_cooldown`; one that
