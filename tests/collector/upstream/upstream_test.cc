@@ -239,6 +239,7 @@ TEST(Upstream, FramesStayWithinTheFrameSizeAndSplitAcrossFrames) {
 }
 
 TEST(Upstream, MergingAKnownSeriesAllocatesNothing) {
+  if (!kCountsAllocations) GTEST_SKIP() << "allocations are not counted under TSan";
   auto child = sampleChild(20);
   auto frames = encodeStep(*child, child->stepOf(10 * kSec));
   ASSERT_EQ(frames.size(), 1u);
