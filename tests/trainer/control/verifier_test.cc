@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <random>
 #include <thread>
 
 #include "common/clock.h"
@@ -113,6 +115,88 @@ TEST(ControlReceiver, ReceivesOverUdpWithArrivalTime) {
   EXPECT_EQ(w, (ConfigWord{2, Topology::kBcube, PinMode::kCompact}));
   EXPECT_GE(arrival, sent);
   EXPECT_EQ(v.rejected(Reject::kBadMac), 1u);
+}
+
+// Fault: the control port flooded with garbage, forgeries and replays of an accepted decision.
+// Every datagram is counted by what it was, each poll (a step boundary) stays short, and the
+// genuine new decision sent last is still accepted.
+TEST(ControlReceiver, AFloodOfGarbageAndReplaysIsCountedAndAGenuineDecisionStillLands) {
+  Verifier v("job", std::string(kSecret), 0);
+  ControlReceiver rx("127.0.0.1:0", v);
+  ASSERT_NE(rx.port(), 0);
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(rx.port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  auto send = [&](const std::vector<uint8_t>& d) {
+    ASSERT_EQ(sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof a),
+              ssize_t(d.size()));
+  };
+  ConfigWord w;
+  uint64_t arrival = 0;
+  // Polls until `n` more datagrams were counted (or a deadline); returns the longest poll.
+  uint64_t counted = 0;
+  auto drain = [&](uint64_t n, bool& accepted) {
+    std::chrono::nanoseconds longest{0};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (v.accepted() + v.rejectedTotal() + v.duplicates() < counted + n &&
+           std::chrono::steady_clock::now() < deadline) {
+      const auto t = std::chrono::steady_clock::now();
+      accepted |= rx.poll(w, arrival);
+      longest = std::max(longest, std::chrono::steady_clock::now() - t);
+    }
+    counted += n;
+    return longest;
+  };
+
+  const auto first = signedFrame("job", 1, 1, 1, realtimeNowNs());
+  send(first);
+  bool accepted = false;
+  drain(1, accepted);
+  ASSERT_TRUE(accepted);
+
+  std::mt19937 rng(14);
+  constexpr int kBatches = 50, kPerBatch = 60;  // a batch fits the socket buffer
+  std::chrono::nanoseconds longest{0};
+  uint64_t garbage = 0, forged = 0, replays = 0;
+  for (int b = 0; b < kBatches; ++b) {
+    for (int i = 0; i < kPerBatch; ++i) {
+      std::vector<uint8_t> d;
+      switch (i % 3) {
+        case 0:  // random bytes, sometimes behind a valid header
+          d.resize(1 + rng() % 200);
+          for (auto& byte : d) byte = uint8_t(rng());
+          if (i % 2 && d.size() >= wire::kHeaderSize) wire::putU32(d.data(), wire::kMagic);
+          ++garbage;
+          break;
+        case 1:
+          d = signedFrame("job", 100 + uint64_t(i), 2, 2, realtimeNowNs(), "not-the-secret");
+          ++forged;
+          break;
+        case 2:
+          d = first;
+          ++replays;
+          break;
+      }
+      send(d);
+    }
+    bool any = false;
+    longest = std::max(longest, drain(kPerBatch, any));
+    EXPECT_FALSE(any) << "batch " << b;
+  }
+  send(signedFrame("job", 2, 3, 0, realtimeNowNs()));
+  accepted = false;
+  drain(1, accepted);
+  close(fd);
+  EXPECT_TRUE(accepted);
+  EXPECT_EQ(w, (ConfigWord{2, Topology(3), PinMode(0)}));
+  EXPECT_EQ(v.accepted(), 2u);
+  EXPECT_EQ(v.rejected(Reject::kMalformed), garbage);
+  EXPECT_EQ(v.rejected(Reject::kBadMac), forged);
+  EXPECT_EQ(v.rejected(Reject::kReplay), replays);
+  EXPECT_EQ(v.accepted() + v.rejectedTotal() + v.duplicates(), 2 + garbage + forged + replays);
+  EXPECT_LT(longest, std::chrono::milliseconds(200)) << "a step boundary's poll took too long";
 }
 
 TEST(ControlReceiver, PortInUseNamesTheFlag) {
