@@ -51,9 +51,9 @@ std::string markdownTable() {
       "|---|---|---|---|---|---|\n";
   for (const MetricDef* def : kAll) {
     out += "| `" + promName(*def) + "` | " + std::string(kindName(def->kind)) +
-           (def->buckets.empty() ? "" : ", histogram") + " | " +
-           std::string(def->unit) + " | " + std::string(def->labels.empty() ? "-" : def->labels) +
-           " | " + std::string(def->source) + " | ";
+           (def->buckets.empty() ? "" : ", histogram") + " | " + std::string(def->unit) + " | " +
+           std::string(def->labels.empty() ? "-" : def->labels) + " | " + std::string(def->source) +
+           " | ";
     // A literal '|' would end the cell.
     for (char c : def->help) out += c == '|' ? std::string("\\|") : std::string(1, c);
     out += " |\n";

@@ -297,13 +297,14 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
     bool known = false;
     for (const auto& s : senders) known |= s.pid == options_.pids[i];
     if (!known)
-      wanted["p" + std::to_string(options_.pids[i])] =
-          WantedTarget{"manual", std::to_string(i), {static_cast<uint32_t>(options_.pids[i])}, 0, {}};
+      wanted["p" + std::to_string(options_.pids[i])] = WantedTarget{
+          "manual", std::to_string(i), {static_cast<uint32_t>(options_.pids[i])}, 0, {}};
   }
   for (size_t i = 0; i < options_.cgroups.size(); ++i) {
     struct stat st {};
     if (::stat(options_.cgroups[i].c_str(), &st) != 0) continue;  // reported once at create()
-    wanted["c" + options_.cgroups[i]] = WantedTarget{"cgroup", std::to_string(i), {}, st.st_ino, {}};
+    wanted["c" + options_.cgroups[i]] =
+        WantedTarget{"cgroup", std::to_string(i), {}, st.st_ino, {}};
   }
   // Release what is gone, then give new targets the lowest free slots (slot 0 is --all's).
   std::set<std::string> present;
