@@ -252,10 +252,12 @@ TEST_F(ControllerE2e, SteadyStateSixtySecondsActingRulesControllerNeverSwitches)
   EXPECT_TRUE(std::filesystem::exists(decisions)) << both(*collector);
   std::ifstream in(decisions);
   std::string log((std::istreambuf_iterator<char>(in)), {});
-  // No topology switch at all. The one move an unshaped network may still see is pinning, which
-  // is one-way: rules pin once when the job's cpu migrations hold above 200/s for a whole
-  // window, and on this shared 2-core machine other builds push them there (measured 224-478/s
-  // in unshaped runs vs ~40/s when quiet). So: at most one decision, pinning only, never back.
+  // No topology switch at all. The one move an unshaped network may still see is pinning: rules
+  // pin when the job's cpu migrations hold above 200/s for 5 s, and on this shared 2-core machine
+  // other builds push them there (measured 224-478/s in unshaped runs vs ~40/s when quiet). A
+  // pinning move is an A/B trial (issue: kept only when it helps), so it may be undone once
+  // (reason pin_undone) and is then not retried within this run. So: at most one pinning trial,
+  // a move from ring/none and possibly its undo, and no topology switch.
   int decision_lines = 0;
   std::string pinned_to;
   {
@@ -270,13 +272,20 @@ TEST_F(ControllerE2e, SteadyStateSixtySecondsActingRulesControllerNeverSwitches)
           << "topology switch in steady state (training started at wall_ns " << train_start_ns
           << "):\n"
           << log;
-      EXPECT_EQ(from, "ring/none") << log;
-      EXPECT_TRUE(j.value("reason", "") == "migrations" || j.value("reason", "") == "cross_node")
-          << log;
+      const std::string reason = j.value("reason", "");
+      if (decision_lines == 1) {
+        EXPECT_EQ(from, "ring/none") << log;
+        EXPECT_TRUE(reason == "migrations" || reason == "cross_node") << log;
+      } else {
+        EXPECT_EQ(reason, "pin_undone") << "a second decision that is not the trial's undo:\n"
+                                        << log;
+        EXPECT_EQ(to, "ring/none") << log;
+      }
       pinned_to = to.substr(to.find('/') + 1);
     }
   }
-  EXPECT_LE(decision_lines, 1) << "the controller switched more than once:\n" << log;
+  EXPECT_LE(decision_lines, 2) << "the controller switched more than one pinning trial:\n" << log;
+  if (pinned_to == "none") pinned_to.clear();
   EXPECT_EQ(sumOf(m, "bpftrain_controller_decisions_total"), decision_lines) << log;
 
   auto finals = finalLines(train->out + train->err);
