@@ -17,6 +17,7 @@ inline size_t findChar(std::string_view s, char c, size_t from = 0) {
 
 bool parseDouble(std::string_view s, double& out) {
   if (s.empty()) return false;
+  if (s.empty()) return false;
   const char* b = s.data();
   const char* e = b + s.size();
   bool neg = false;
@@ -49,7 +50,8 @@ bool parseDouble(std::string_view s, double& out) {
     out = neg ? -v : v;
     return true;
   }
-  if (*b == '-' || *b == '+') return false;  // "--1", "+-1"
+  // "--1", "+-1"; a lone sign ("+", "-") has nothing after it (found by fuzz.statsd under ASan).
+  if (b == e || *b == '-' || *b == '+') return false;
   auto [q, ec] = std::from_chars(b, e, out);
   if (ec != std::errc() || q != e) return false;
   if (neg) out = -out;

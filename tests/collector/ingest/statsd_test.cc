@@ -72,6 +72,9 @@ TEST(StatsdParse, Malformed) {
   EXPECT_EQ(parseErr("a:x|c"), DecodeReason::kBadValue);
   EXPECT_EQ(parseErr("a:|c"), DecodeReason::kBadValue);
   EXPECT_EQ(parseErr("a:1.5.3|g"), DecodeReason::kBadValue);
+  // A lone sign: nothing after it to read (ASan found the read past the end in fuzz.statsd).
+  EXPECT_EQ(parseErr("a:+|g"), DecodeReason::kBadValue);
+  EXPECT_EQ(parseErr("a:-|g"), DecodeReason::kBadValue);
   EXPECT_EQ(parseErr("a:-1|c"), DecodeReason::kBadValue);
   EXPECT_EQ(parseErr("a:nan|g"), DecodeReason::kNonFinite);
   EXPECT_EQ(parseErr("a:inf|ms"), DecodeReason::kNonFinite);
