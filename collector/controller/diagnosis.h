@@ -13,21 +13,21 @@
 #include <string_view>
 
 #include "collector/controller/features.h"
+#include "collector/controller/rules_policy.h"
 
 namespace bpftrain::collector::controller {
 
 struct DiagnosisConfig {
-  // Link congestion: the rules policy's per-class RTT thresholds (see RulesConfig).
-  double same_host_rtt_p50_s = 0.005;
-  double other_host_rtt_p50_s = 0.005;
-  double rtt_jitter_s = 0.020;
+  // Link congestion, CPU contention and memory placement: the rules policy's thresholds, so
+  // that what is diagnosed and what the policy acts on cannot drift apart.
+  double same_host_rtt_p50_s = RulesConfig{}.same_host_rtt_p50_high_s;
+  double other_host_rtt_p50_s = RulesConfig{}.other_host_rtt_p50_high_s;
+  double rtt_jitter_s = RulesConfig{}.rtt_jitter_high_s;
+  double cpu_migrations_per_s = RulesConfig{}.cpu_migrations_per_s;  // cpu+llc, over the job
+  double remote_fault_share = RulesConfig{}.remote_fault_share;      // of NUMA hinting faults
+  double node_migrations_per_s = RulesConfig{}.node_migrations_per_s;
   // One rank's step-time median this far above the median rank's: a straggler.
   double straggler_ratio = 1.3;
-  // CPU contention: cpu+llc task migrations per second over the job (rules: pin compact).
-  double cpu_migrations_per_s = 200;
-  // Memory placement: the remote share of NUMA hinting faults, or node migrations per second.
-  double remote_fault_share = 0.3;
-  double node_migrations_per_s = 1.0;
   // TLB shootdowns per second over the job. Not calibrated on a real storm yet; unshaped 4-rank
   // training here flushes 2,000-5,700 times per second (controller_e2e_test's features).
   double tlb_flushes_per_s = 20000;

@@ -354,9 +354,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // Pinning moves once, away from none; it rides along with a topology change or stands alone.
   if (current.pinning == PinMode::kNone && dwell_ok && !d.change &&
       now_ns >= pin_blocked_until_ns_) {
-    const double node_moves = f.migrations_per_s[int(MigrationScope::kNode)];
-    const double cpu_moves = f.migrations_per_s[int(MigrationScope::kCpu)] +
-                             f.migrations_per_s[int(MigrationScope::kLlc)];
+    const double node_moves = pinSignal(f, PinMode::kNuma);
+    const double cpu_moves = pinSignal(f, PinMode::kCompact);
     std::string pin_why;
     PinMode want = PinMode::kNone;
     // Enter at the thresholds; once the signal holds, stay until it falls under the release

@@ -424,17 +424,13 @@ void ProbeServiceImpl::assignSlot(size_t index, const std::string& key,
 
 SeriesId ProbeServiceImpl::series(uint32_t slot, const metrics::MetricDef& metric,
                                   std::string_view label_name, std::string_view label_value) {
-  // string_views of the slot's own strings: `all ? "all" : job` would view a temporary copy.
-  const bool all = slot == BPFTRAIN_SLOT_ALL;
-  const std::string_view job = all ? std::string_view("all") : slots_[slot].job;
-  const std::string_view rank = all ? std::string_view("all") : slots_[slot].rank;
-  Label labels[3] = {{"job", job}, {"rank", rank}, {label_name, label_value}};
-  return window::lookupMetric(*store_, metric,
-                              std::span<const Label>(labels, label_name.empty() ? 2 : 3));
+  const Label extra{label_name, label_value};
+  return series(slot, metric, std::span<const Label>(&extra, label_name.empty() ? 0 : 1));
 }
 
 SeriesId ProbeServiceImpl::series(uint32_t slot, const metrics::MetricDef& metric,
                                   std::span<const Label> extra) {
+  // string_views of the slot's own strings: `all ? "all" : job` would view a temporary copy.
   const bool all = slot == BPFTRAIN_SLOT_ALL;
   const std::string_view job = all ? std::string_view("all") : slots_[slot].job;
   const std::string_view rank = all ? std::string_view("all") : slots_[slot].rank;
