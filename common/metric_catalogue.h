@@ -50,6 +50,78 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
                                                   1,    2,    5,    10,  20,  50};
 
 // clang-format off
+// RDMA port counters (collector/loader/probes/rdma_counters.cc), one metric per counter file of
+// /sys/class/infiniband/DEV/ports/N/{counters,hw_counters}: P(X, id, file name, metric suffix,
+// unit, help) becomes the counter bpftrain_rdma_port_<suffix>{device,port}. The standard IB port
+// counters, mlx5's and rxe's hw_counters; a file not listed here is kept under
+// bpftrain_rdma_port_other{counter}.
+#define BPFTRAIN_RDMA_PORT_COUNTERS(P, X) \
+  P(X, kRdmaPortXmitData, "port_xmit_data", "xmit_data", "4-byte words", "Data sent on the port, in 4-byte words (IB PMA PortXmitData; x4 for bytes)") \
+  P(X, kRdmaPortRcvData, "port_rcv_data", "rcv_data", "4-byte words", "Data received on the port, in 4-byte words (IB PMA PortRcvData; x4 for bytes)") \
+  P(X, kRdmaPortXmitPackets, "port_xmit_packets", "xmit_packets", "packets", "Packets sent on the port") \
+  P(X, kRdmaPortRcvPackets, "port_rcv_packets", "rcv_packets", "packets", "Packets received on the port") \
+  P(X, kRdmaPortUnicastXmitPackets, "unicast_xmit_packets", "unicast_xmit_packets", "packets", "Unicast packets sent") \
+  P(X, kRdmaPortUnicastRcvPackets, "unicast_rcv_packets", "unicast_rcv_packets", "packets", "Unicast packets received") \
+  P(X, kRdmaPortMulticastXmitPackets, "multicast_xmit_packets", "multicast_xmit_packets", "packets", "Multicast packets sent") \
+  P(X, kRdmaPortMulticastRcvPackets, "multicast_rcv_packets", "multicast_rcv_packets", "packets", "Multicast packets received") \
+  P(X, kRdmaPortXmitWait, "port_xmit_wait", "xmit_wait", "ticks", "Ticks the port had data to send and no credit (IB back-pressure)") \
+  P(X, kRdmaPortXmitDiscards, "port_xmit_discards", "xmit_discards", "packets", "Outbound packets discarded (port down or congested)") \
+  P(X, kRdmaPortRcvErrors, "port_rcv_errors", "rcv_errors", "packets", "Received packets with errors") \
+  P(X, kRdmaPortRcvRemotePhysicalErrors, "port_rcv_remote_physical_errors", "rcv_remote_physical_errors", "packets", "Received packets marked with the EBP delimiter (a remote physical error)") \
+  P(X, kRdmaPortRcvSwitchRelayErrors, "port_rcv_switch_relay_errors", "rcv_switch_relay_errors", "packets", "Received packets discarded because they could not be forwarded") \
+  P(X, kRdmaPortXmitConstraintErrors, "port_xmit_constraint_errors", "xmit_constraint_errors", "packets", "Outbound packets discarded by partition or raw constraints") \
+  P(X, kRdmaPortRcvConstraintErrors, "port_rcv_constraint_errors", "rcv_constraint_errors", "packets", "Inbound packets discarded by partition or raw constraints") \
+  P(X, kRdmaPortSymbolError, "symbol_error", "symbol_error", "errors", "Minor link errors detected on physical lanes") \
+  P(X, kRdmaPortLinkDowned, "link_downed", "link_downed", "events", "Times the link went down (error recovery failed)") \
+  P(X, kRdmaPortLinkErrorRecovery, "link_error_recovery", "link_error_recovery", "events", "Successful link error recoveries") \
+  P(X, kRdmaPortLocalLinkIntegrityErrors, "local_link_integrity_errors", "local_link_integrity_errors", "events", "Times local physical errors exceeded the threshold") \
+  P(X, kRdmaPortExcessiveBufferOverrunErrors, "excessive_buffer_overrun_errors", "excessive_buffer_overrun_errors", "events", "Times consecutive receive buffer overruns exceeded the threshold") \
+  P(X, kRdmaPortVl15Dropped, "VL15_dropped", "vl15_dropped", "packets", "Subnet management packets dropped for lack of buffers") \
+  P(X, kRdmaPortOutOfBuffer, "out_of_buffer", "out_of_buffer", "packets", "Packets dropped because no receive WQE was posted (mlx5 out_of_buffer): a slow receiver") \
+  P(X, kRdmaPortOutOfSequence, "out_of_sequence", "out_of_sequence", "packets", "Out-of-sequence packets received (mlx5): loss on the path") \
+  P(X, kRdmaPortDuplicateRequest, "duplicate_request", "duplicate_request", "packets", "Duplicate requests received (retransmissions reached the responder)") \
+  P(X, kRdmaPortRnrNakRetryErr, "rnr_nak_retry_err", "rnr_nak_retry_err", "events", "RNR NAKs received beyond the retry limit (mlx5): receiver not ready") \
+  P(X, kRdmaPortPacketSeqErr, "packet_seq_err", "packet_seq_err", "events", "Sequence-error NAKs received (mlx5)") \
+  P(X, kRdmaPortImpliedNakSeqErr, "implied_nak_seq_err", "implied_nak_seq_err", "events", "Implied NAK sequence errors: an ACK newer than a pending READ (mlx5)") \
+  P(X, kRdmaPortLocalAckTimeoutErr, "local_ack_timeout_err", "local_ack_timeout_err", "events", "Times the ACK timer expired on a send queue (mlx5): loss or a dead peer") \
+  P(X, kRdmaPortReqTransportRetriesExceeded, "req_transport_retries_exceeded", "req_transport_retries_exceeded", "events", "Requests that exhausted transport retries (mlx5)") \
+  P(X, kRdmaPortRespLocalLengthError, "resp_local_length_error", "resp_local_length_error", "events", "Responder local length errors (mlx5)") \
+  P(X, kRdmaPortRespCqeError, "resp_cqe_error", "resp_cqe_error", "completions", "Responder completions with error (mlx5)") \
+  P(X, kRdmaPortReqCqeError, "req_cqe_error", "req_cqe_error", "completions", "Requester completions with error (mlx5)") \
+  P(X, kRdmaPortRespCqeFlushError, "resp_cqe_flush_error", "resp_cqe_flush_error", "completions", "Responder completions flushed with error (QP in error state; mlx5)") \
+  P(X, kRdmaPortReqCqeFlushError, "req_cqe_flush_error", "req_cqe_flush_error", "completions", "Requester completions flushed with error (QP in error state; mlx5)") \
+  P(X, kRdmaPortReqRemoteInvalidRequest, "req_remote_invalid_request", "req_remote_invalid_request", "events", "Remote invalid request NAKs received (mlx5)") \
+  P(X, kRdmaPortReqRemoteAccessErrors, "req_remote_access_errors", "req_remote_access_errors", "events", "Remote access error NAKs received (mlx5)") \
+  P(X, kRdmaPortRespRemoteAccessErrors, "resp_remote_access_errors", "resp_remote_access_errors", "events", "Remote access errors detected as responder (mlx5)") \
+  P(X, kRdmaPortRxReadRequests, "rx_read_requests", "rx_read_requests", "requests", "RDMA READ requests received (mlx5)") \
+  P(X, kRdmaPortRxWriteRequests, "rx_write_requests", "rx_write_requests", "requests", "RDMA WRITE requests received (mlx5)") \
+  P(X, kRdmaPortRxAtomicRequests, "rx_atomic_requests", "rx_atomic_requests", "requests", "Atomic requests received (mlx5)") \
+  P(X, kRdmaPortRxIcrcEncapsulated, "rx_icrc_encapsulated", "rx_icrc_encapsulated", "packets", "RoCE packets with an ICRC error (mlx5)") \
+  P(X, kRdmaPortRoceAdpRetrans, "roce_adp_retrans", "roce_adp_retrans", "events", "Adaptive retransmissions (mlx5)") \
+  P(X, kRdmaPortRoceAdpRetransTo, "roce_adp_retrans_to", "roce_adp_retrans_to", "events", "Adaptive retransmission timeouts (mlx5)") \
+  P(X, kRdmaPortRoceSlowRestart, "roce_slow_restart", "roce_slow_restart", "events", "Slow restarts after retransmission timeouts (mlx5)") \
+  P(X, kRdmaPortRoceSlowRestartCnps, "roce_slow_restart_cnps", "roce_slow_restart_cnps", "packets", "CNPs sent during slow restart (mlx5)") \
+  P(X, kRdmaPortRoceSlowRestartTrans, "roce_slow_restart_trans", "roce_slow_restart_trans", "events", "Transitions into slow restart (mlx5)") \
+  P(X, kRdmaPortNpEcnMarkedRocePackets, "np_ecn_marked_roce_packets", "np_ecn_marked_roce_packets", "packets", "ECN-marked RoCE packets received (notification point, mlx5): congestion on the path") \
+  P(X, kRdmaPortNpCnpSent, "np_cnp_sent", "np_cnp_sent", "packets", "Congestion notification packets sent (notification point, mlx5)") \
+  P(X, kRdmaPortRpCnpHandled, "rp_cnp_handled", "rp_cnp_handled", "packets", "Congestion notification packets handled (reaction point, mlx5): this sender was throttled") \
+  P(X, kRdmaPortRpCnpIgnored, "rp_cnp_ignored", "rp_cnp_ignored", "packets", "Congestion notification packets ignored (reaction point, mlx5)") \
+  P(X, kRdmaPortSentPkts, "sent_pkts", "sent_pkts", "packets", "Packets sent (rxe)") \
+  P(X, kRdmaPortRcvdPkts, "rcvd_pkts", "rcvd_pkts", "packets", "Packets received (rxe)") \
+  P(X, kRdmaPortRdmaSends, "rdma_sends", "rdma_sends", "requests", "SEND requests transmitted (rxe)") \
+  P(X, kRdmaPortRdmaRecvs, "rdma_recvs", "rdma_recvs", "requests", "SEND requests received (rxe)") \
+  P(X, kRdmaPortOutOfSeqRequest, "out_of_seq_request", "out_of_seq_request", "packets", "Out-of-sequence requests received (rxe): loss on the path") \
+  P(X, kRdmaPortRcvdRnrErr, "rcvd_rnr_err", "rcvd_rnr_err", "events", "RNR NAKs received (rxe): the peer had no receive posted") \
+  P(X, kRdmaPortSendRnrErr, "send_rnr_err", "send_rnr_err", "events", "RNR NAKs sent (rxe): this side had no receive posted") \
+  P(X, kRdmaPortRcvdSeqErr, "rcvd_seq_err", "rcvd_seq_err", "events", "Sequence-error NAKs received (rxe)") \
+  P(X, kRdmaPortAckDeferred, "ack_deferred", "ack_deferred", "events", "ACKs deferred (rxe)") \
+  P(X, kRdmaPortRetryExceededErr, "retry_exceeded_err", "retry_exceeded_err", "events", "Requests that exhausted the retry count (rxe)") \
+  P(X, kRdmaPortRetryRnrExceededErr, "retry_rnr_exceeded_err", "retry_rnr_exceeded_err", "events", "Requests that exhausted the RNR retry count (rxe)") \
+  P(X, kRdmaPortCompleterRetryErr, "completer_retry_err", "completer_retry_err", "events", "Retries started by the completer after an ACK timeout (rxe)") \
+  P(X, kRdmaPortSendErr, "send_err", "send_err", "events", "Packets the transmit path failed to send (rxe)")
+#define BPFTRAIN_RDMA_PORT_METRIC(X, id, file, suffix, unit, help)                         \
+  X(id, "bpftrain_rdma_port_" suffix, kCounter, unit, "device port", "sysfs infiniband " file, help)
+
 // X(id, name, kind, unit, labels, source, help[, histogram bucket bounds of a distribution])
 #define BPFTRAIN_METRICS(X)                                                                        \
   /* ---- trainer: every rank streams these in binary frames (common/wire_format.h) ---- */       \
@@ -141,6 +213,9 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     kWorkRequestBuckets)                                                                           \
   X(kRdmaQpEvents, "bpftrain_rdma_qp_events", kCounter, "events", "job rank event",                \
     "USDT bpftrain:qp_post,qp_complete", "RDMA work requests posted and completed (event)")        \
+  BPFTRAIN_RDMA_PORT_COUNTERS(BPFTRAIN_RDMA_PORT_METRIC, X)                                        \
+  X(kRdmaPortOther, "bpftrain_rdma_port_other", kCounter, "events", "device port counter",         \
+    "sysfs infiniband hw_counters", "A port counter file this version does not name (counter: the file)") \
   /* ---- the loader itself ---- */                                                               \
   X(kProbeUp, "bpftrain_probe_up", kGauge, "1", "probe", "loader",                                 \
     "1 when a probe is attached, 0 when it is down (--list-probes says why)")                     \

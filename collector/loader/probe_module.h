@@ -63,6 +63,10 @@ class SampleSink {
   // The same with several extra labels (at most 6).
   virtual window::SeriesId series(uint32_t slot, const metrics::MetricDef& metric,
                                   std::span<const window::Label> extra) = 0;
+  // A series of `metric` that belongs to the host, not to a target (an RDMA port's counters),
+  // with exactly `labels`.
+  virtual window::SeriesId hostSeries(const metrics::MetricDef& metric,
+                                      std::span<const window::Label> labels) = 0;
   virtual void record(window::SeriesId id, double value) = 0;
   // The node (host name) the slot's target announced in its hello; empty when unknown (--pid,
   // --cgroup, --all).

@@ -135,6 +135,9 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
     return slot < slots_.size() && slot != BPFTRAIN_SLOT_ALL ? std::string_view(slots_[slot].node)
                                                              : std::string_view();
   }
+  SeriesId hostSeries(const metrics::MetricDef& metric, std::span<const Label> labels) override {
+    return window::lookupMetric(*store_, metric, labels);
+  }
   void record(SeriesId id, double value) override { record(id, value, poll_now_ns_); }
 
   ProbeOptions options_;
@@ -241,7 +244,9 @@ void ProbeServiceImpl::loadModules(const ProbeEnv& env) {
       loaded.object = result.take();
       // Objects memoize tgid -> slot per CPU; a new generation makes them look again.
       if (const bpf_map* map =
-              bpf_object__find_map_by_name(loaded.object->object(), ".data.targets")) {
+              loaded.object->object()
+                  ? bpf_object__find_map_by_name(loaded.object->object(), ".data.targets")
+                  : nullptr) {
         auto generation = SectionValue<uint32_t>::bind(map);
         if (generation.ok())
           loaded.generation = generation.take();

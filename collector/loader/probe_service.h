@@ -24,6 +24,7 @@ struct ProbeOptions {
   bool bpf_stats = true;                        // export probe run time (BPF_ENABLE_STATS)
   uint64_t tcp_sample_interval_ns = 1'000'000;  // at most one queue-depth sample per socket per ms
   uint64_t pmu_sample_period = 10'000;          // PMU events per BPF run (where a PMU exists)
+  std::string rdma_sysfs_root = "/sys/class/infiniband";  // RDMA port counters (tests: a fixture)
 };
 
 struct ProbeStatus {
