@@ -10,6 +10,7 @@
 
 #include "common/host_port.h"
 #include "common/wire_format.h"
+#include "trainer/collective/communicator.h"
 
 extern char** environ;
 
@@ -73,6 +74,10 @@ std::string usage() {
   --resume                  continue from the newest valid checkpoint in DIR
   --node-of N0,N1,...       node index of each rank (hierarchical allreduce)
   --bind ADDR               transport bind address
+  --transport tcp|ibverbs   Gloo's TCP transport (default) or its ibverbs (RDMA) transport, which
+                            runs the bound-buffer topologies: halving-doubling, bcube
+  --rdma-device D[,D1,...]  ibverbs: RDMA device (ibv_devices), one for all ranks or one per rank
+  --gid-index N             ibverbs: GID table index (default 0; RoCE v2 over IPv4: see show_gids)
   --netns NS0,NS1,...       launcher: run rank i inside network namespace NSi
   --data FILE               digits.csv.gz (default: from tools/setup)
   --timeout S               rendezvous / dead-peer / stop timeout in seconds (default 30)
@@ -214,6 +219,15 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
       }
     } else if (flag == "--bind") {
       if (!strFlag(o.bind)) return std::nullopt;
+    } else if (flag == "--transport") {
+      if (!strFlag(o.transport)) return std::nullopt;
+      if (o.transport != "tcp" && o.transport != "ibverbs")
+        return fail("--transport " + o.transport + ": expected tcp or ibverbs");
+    } else if (flag == "--rdma-device") {
+      if (!need() || value.empty()) return fail("--rdma-device: expects a device like mlx5_0");
+      o.rdma_devices = splitList(value);
+    } else if (flag == "--gid-index") {
+      if (!intFlag(o.gid_index, 0, 255)) return std::nullopt;
     } else if (flag == "--netns") {
       if (!need()) return fail("--netns: expects a list like host0,host1");
       o.netns = splitList(value);
@@ -318,6 +332,17 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
     if (o.switch_every > 0) return fail("--switch-every" + why);
     if (o.topology != Topology::kRing)
       return fail("--topology " + std::string(topologyName(o.topology)) + why);
+  }
+  if (o.transport == "ibverbs") {
+    if (o.backend != "gloo") return fail("--transport ibverbs needs --backend gloo");
+    if (std::string why = collective::topologyUnsupported(o.topology, o.transport); !why.empty())
+      return fail("--topology " + std::string(topologyName(o.topology)) + ": " + why);
+    const int ranks = o.ranks > 0 ? o.ranks : o.world;
+    if (o.rdma_devices.size() > 1 && int(o.rdma_devices.size()) != ranks)
+      return fail("--rdma-device lists " + std::to_string(o.rdma_devices.size()) + " devices for " +
+                  std::to_string(ranks) + " ranks: give one, or one per rank");
+  } else if (!o.rdma_devices.empty() || o.gid_index != 0) {
+    return fail("--rdma-device and --gid-index need --transport ibverbs");
   }
   if (o.resume && o.checkpoint_dir.empty()) return fail("--resume needs --checkpoint DIR");
   if (!o.checkpoint_dir.empty() && o.checkpoint_every == 0) o.checkpoint_every = 100;

@@ -24,7 +24,10 @@ struct Options {
   std::string rank_source = "flags";  // flags | launcher | mpirun | srun | torchrun | single
   std::string store;                  // DIR or HOST:PORT
   std::string backend = "gloo";
-  std::string bind;  // transport bind address
+  std::string bind;                       // transport bind address
+  std::string transport = "tcp";          // tcp | ibverbs (Gloo's RDMA transport)
+  std::vector<std::string> rdma_devices;  // ibverbs: one for every rank, or one per rank
+  int gid_index = 0;                      // ibverbs: GID table index
   std::vector<int> node_of;
   std::vector<std::string> netns;  // launcher: namespace of rank i
   std::string job = "default";

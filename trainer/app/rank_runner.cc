@@ -77,7 +77,13 @@ class RunHooks {
       : delivery_(control::kDeliveryNames.parse(o.sync).value_or(control::Delivery::kAuto)),
         overhead_ab_(uint64_t(std::max(o.overhead_ab, 0))),
         start_step_(start_step) {
-    if (o.switch_every > 0) draws_.emplace(o.switch_every, o.switch_seed);
+    if (o.switch_every > 0) {
+      uint32_t topologies = 0;  // those the transport runs
+      for (size_t t = 0; t < kTopologyCount; ++t)
+        if (collective::topologyUnsupported(Topology(t), o.transport).empty())
+          topologies |= 1u << t;
+      draws_.emplace(o.switch_every, o.switch_seed, topologies);
+    }
     if (overhead_ab_ > 0) {
       on_.reserve(o.steps);
       off_.reserve(o.steps);
@@ -223,6 +229,10 @@ void RankRunner::connect() {
   co.store = o_.store;
   co.prefix = "bpftrain-" + o_.job;
   co.bind_address = o_.bind;
+  co.transport = o_.transport;
+  if (!o_.rdma_devices.empty())
+    co.rdma_device = o_.rdma_devices[o_.rdma_devices.size() == 1 ? 0 : size_t(o_.rank)];
+  co.gid_index = o_.gid_index;
   co.node_of = o_.node_of;
   local_rank_ = o_.local_rank;
   local_world_ = o_.local_world;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/training_config.h"
@@ -22,6 +23,13 @@ struct CommOptions {
   std::string prefix = "bpftrain";  // store key prefix, so several jobs can share a store
   // Address or interface this rank's transport binds to (a netns IP in netlab); empty: 127.0.0.1.
   std::string bind_address;
+  // "tcp" (Gloo's TCP transport on bind_address) or "ibverbs" (Gloo's ibverbs transport: an RDMA
+  // device, InfiniBand or RoCE; soft-RoCE rxe in numalab). Over ibverbs Gloo has bound buffers
+  // only, so the topologies written on unbound send/recv do not run there (topologyUnsupported).
+  std::string transport = "tcp";
+  std::string rdma_device;  // ibverbs: device name as ibv_devices lists it; empty: the only one
+  int rdma_port = 1;        // ibverbs: port of the device
+  int gid_index = 0;        // ibverbs: GID table index (RoCE v2 over IPv4 is often 1 or 3)
   // node_of[r] = node index of rank r (for hierarchical); empty: every rank on its own node.
   std::vector<int> node_of;
   std::chrono::milliseconds timeout = std::chrono::seconds(30);  // rendezvous and dead peers
@@ -48,6 +56,12 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world() const = 0;
 };
+
+inline constexpr std::string_view kTransports[] = {"tcp", "ibverbs"};
+
+// Why `topology` cannot run over `transport` (one line naming the topologies that can), or ""
+// when it can.
+std::string topologyUnsupported(Topology topology, std::string_view transport);
 
 // nccl-tests convention: algbw = bytes / time; busbw = algbw * 2 (n-1) / n for allreduce.
 inline double busBandwidth(double bytes, double seconds, int world) {

@@ -1,6 +1,9 @@
-// The Gloo (TCP) Communicator: rendezvous, one context for the world plus the node and leader
-// sub-group contexts of the hierarchical topology, and one algorithm object per topology.
+// The Gloo Communicator: rendezvous, one context for the world plus the node and leader
+// sub-group contexts of the hierarchical topology, and one algorithm object per topology; over
+// TCP or, with bound buffers only, over ibverbs (RDMA).
 #include <gloo/barrier.h>
+#include <gloo/barrier_all_to_all.h>
+#include <gloo/broadcast_one_to_all.h>
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/rendezvous/hash_store.h>
@@ -41,24 +44,34 @@ class GlooCommunicator final : public Communicator {
     else
       store_ = openStore(options.store);
     joinStore(*store_, options.store, options.prefix, options.rank, options.world, options.timeout);
-    device_ = makeTcpDevice(options.bind_address);
+    ibverbs_ = options.transport == "ibverbs";
+    device_ = ibverbs_
+                  ? makeIbverbsDevice(options.rdma_device, options.rdma_port, options.gid_index)
+                  : makeTcpDevice(options.bind_address);
     const int world = options.world;
     try {
-      context_ = connectContext(*store_, options.prefix + "/world", options.rank, world,
-                                bcubeBase(world), device_, options.timeout);
-      prime_bytes_ = defaultPrimeBytes();
-      primePairs(*context_, prime_bytes_);
-      buildHierarchy();
+      context_ = connect(options.prefix + "/world", options.rank, world, bcubeBase(world));
+      // Priming sizes TCP's SO_SNDBUF; an RDMA queue pair has no socket buffer to size.
+      prime_bytes_ = ibverbs_ ? 0 : defaultPrimeBytes();
+      if (prime_bytes_ > 0) primePairs(*context_, prime_bytes_);
+      // Over ibverbs only the world context: the hierarchical topology needs unbound buffers.
+      if (!ibverbs_) buildHierarchy();
     } catch (const gloo::Exception& e) {
-      throw std::runtime_error(describe(options) + ": connecting to peers through store " +
-                               options.store + " failed (" + e.what() +
-                               "): check that every rank can reach the others' --bind address "
-                               "and that the store holds no keys from an earlier run (use a "
-                               "fresh directory or prefix)");
+      throw std::runtime_error(
+          describe(options) + ": connecting to peers through store " + options.store + " failed (" +
+          e.what() +
+          "): check that every rank can reach the others' --bind address (over "
+          "ibverbs: --rdma-device and --gid-index) "
+          "and that the store holds no keys from an earlier run (use a "
+          "fresh directory or prefix)");
     }
-    algorithms_[size_t(Topology::kRing)] = makeRingAllreduce(context_);
     algorithms_[size_t(Topology::kHalvingDoubling)] = makeHalvingDoublingAllreduce(context_);
     algorithms_[size_t(Topology::kBcube)] = makeBcubeAllreduce(context_);
+    if (ibverbs_) {  // ring and hierarchical run on unbound buffers: refused in allreduce()
+      node_stage_ = "none (ibverbs: no hierarchical topology)";
+      return;
+    }
+    algorithms_[size_t(Topology::kRing)] = makeRingAllreduce(context_);
     HierarchicalConfig hierarchical;
     hierarchical.chunk_elements = kHierarchicalChunkElements;
     hierarchical.shared_memory = options.shared_memory;
@@ -82,12 +95,17 @@ class GlooCommunicator final : public Communicator {
     // Algorithms hold buffers registered on the contexts: release them first.
     for (auto& a : algorithms_) a.reset();
     broadcast_buffers_.clear();
+    bound_broadcasts_.clear();
+    bound_barrier_.reset();
   }
 
   void allreduce(std::span<float> data, Topology topology) override {
     const size_t t = static_cast<size_t>(topology);
     if (t >= algorithms_.size())
       throw std::invalid_argument("unknown topology " + std::to_string(t));
+    if (!algorithms_[t])
+      throw std::invalid_argument(describe(options_) + ": " +
+                                  topologyUnsupported(topology, options_.transport));
     guarded("allreduce", topologyName(topology), data.size_bytes(),
             [&] { algorithms_[t]->run(data); });
   }
@@ -97,6 +115,21 @@ class GlooCommunicator final : public Communicator {
       throw std::invalid_argument("broadcast root " + std::to_string(root) + " outside world " +
                                   std::to_string(options_.world));
     if (options_.world == 1 || data.empty()) return;
+    if (ibverbs_) {
+      guarded("broadcast", "", data.size(), [&] {
+        // Gloo's bound-buffer broadcast, built once per (buffer, root) as the buffers bind to it.
+        // The key's length folds the root in: a different root is a different algorithm.
+        const size_t key = data.size() * size_t(options_.world) + size_t(root);
+        bound_broadcasts_
+            .get(data.data(), key,
+                 [&] {
+                   return std::make_unique<gloo::BroadcastOneToAll<uint8_t>>(
+                       context_, std::vector<uint8_t*>{data.data()}, data.size(), root);
+                 })
+            .run();
+      });
+      return;
+    }
     guarded("broadcast", "", data.size(), [&] {
       auto& buf = broadcast_buffers_.get(data.data(), data.size(), [&] {
         return context_->createUnboundBuffer(data.data(), data.size());
@@ -116,6 +149,11 @@ class GlooCommunicator final : public Communicator {
   void barrier() override {
     if (options_.world == 1) return;
     guarded("barrier", "", 0, [&] {
+      if (ibverbs_) {  // Gloo's barrier() sends on unbound buffers; BarrierAllToAll binds its own
+        if (!bound_barrier_) bound_barrier_ = std::make_unique<gloo::BarrierAllToAll>(context_);
+        bound_barrier_->run();
+        return;
+      }
       gloo::BarrierOptions opts(context_);
       opts.setTimeout(context_->getTimeout());
       gloo::barrier(opts);
@@ -127,6 +165,17 @@ class GlooCommunicator final : public Communicator {
   int world() const override { return options_.world; }
 
  private:
+  // A full-mesh context. Over ibverbs every rank then says it has connected and waits for all the
+  // others: a rank that sent as soon as its own side was up would reach a peer whose queue pair
+  // cannot receive yet, and under slow peers (TCG) Gloo's fixed RC retry budget runs out (the QP
+  // errors, "sendPending_ == 0" enforce). NUMALAB-NOTES.md has the measurement.
+  std::shared_ptr<gloo::Context> connect(const std::string& prefix, int rank, int size, int base) {
+    auto context = connectContext(*store_, prefix, rank, size, base, device_, options_.timeout);
+    if (ibverbs_)
+      joinStore(*store_, options_.store, prefix + "/connected", rank, size, options_.timeout);
+    return context;
+  }
+
   void buildHierarchy() {
     const int world = options_.world;
     std::vector<int> node_of = options_.node_of;
@@ -203,6 +252,9 @@ class GlooCommunicator final : public Communicator {
   std::array<std::unique_ptr<AllreduceAlgorithm>, kTopologyCount> algorithms_;
   BufferCache<gloo::transport::UnboundBuffer> broadcast_buffers_{8};
   std::string broken_;
+  bool ibverbs_ = false;
+  BufferCache<gloo::BroadcastOneToAll<uint8_t>> bound_broadcasts_{8};
+  std::unique_ptr<gloo::BarrierAllToAll> bound_barrier_;
 };
 
 void validate(const CommOptions& o) {
@@ -217,9 +269,20 @@ void validate(const CommOptions& o) {
                                 " entries for a world of " + std::to_string(o.world) +
                                 ": give one node index per rank");
   if (o.timeout.count() <= 0) throw std::invalid_argument("timeout must be positive");
+  if (std::find(std::begin(kTransports), std::end(kTransports), o.transport) ==
+      std::end(kTransports))
+    throw std::invalid_argument("transport " + o.transport + ": expected tcp or ibverbs");
 }
 
 }  // namespace
+
+std::string topologyUnsupported(Topology topology, std::string_view transport) {
+  if (transport != "ibverbs") return {};
+  if (topology != Topology::kRing && topology != Topology::kHierarchical) return {};
+  return "topology " + std::string(topologyName(topology)) +
+         " runs on unbound buffers, which Gloo's ibverbs transport does not support (\"Unbound "
+         "buffers not supported yet\"): over --transport ibverbs use halving-doubling or bcube";
+}
 
 std::unique_ptr<Communicator> Communicator::create(const CommOptions& options) {
   validate(options);

@@ -6,6 +6,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #define HIREDIS_NESTED_INCLUDE 1
 #include <gloo/rendezvous/redis_store.h>
+#include <gloo/transport/ibverbs/device.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -137,6 +138,40 @@ std::shared_ptr<gloo::transport::Device> makeTcpDevice(const std::string& bind_a
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot bind the collective transport to " + where + " (" + e.what() +
                              "): pass --bind with an address or interface of this host");
+  }
+}
+
+std::shared_ptr<gloo::transport::Device> makeIbverbsDevice(const std::string& name, int port,
+                                                           int gid_index) {
+  const std::vector<std::string> names = gloo::transport::ibverbs::getDeviceNames();
+  std::string have;
+  for (const auto& n : names) have += (have.empty() ? "" : ", ") + n;
+  if (names.empty())
+    throw std::runtime_error(
+        "--transport ibverbs: this host has no RDMA device (ibv_devices lists none): load the "
+        "NIC's RDMA driver, or for soft-RoCE `modprobe rdma_rxe` and `rdma link add rxe0 type rxe "
+        "netdev ETH`; or use --transport tcp");
+  std::string device = name;
+  if (device.empty()) {
+    if (names.size() > 1)
+      throw std::runtime_error("--transport ibverbs: this host has several RDMA devices (" + have +
+                               "): pick one with --rdma-device");
+    device = names.front();
+  }
+  if (std::find(names.begin(), names.end(), device) == names.end())
+    throw std::runtime_error("--rdma-device " + device + ": no such RDMA device (this host has " +
+                             have + ")");
+  gloo::transport::ibverbs::attr attr;
+  attr.name = device;
+  attr.port = port;
+  attr.index = gid_index;
+  try {
+    return gloo::transport::ibverbs::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot open RDMA device " + device + " port " + std::to_string(port) +
+                             " GID index " + std::to_string(gid_index) + " (" + e.what() +
+                             "): check `ibv_devinfo -d " + device +
+                             "` and the GID table (`rdma link`, show_gids) for --gid-index");
   }
 }
 

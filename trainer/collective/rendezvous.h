@@ -31,6 +31,11 @@ void joinStore(gloo::rendezvous::Store& store, const std::string& store_name,
 // TCP device bound to an IP address, a hostname, or an interface name; empty means 127.0.0.1.
 std::shared_ptr<gloo::transport::Device> makeTcpDevice(const std::string& bind_address);
 
+// Gloo's ibverbs device on RDMA device `name` (empty: the host's only one), `port`, GID table index
+// `gid_index`. Throws std::runtime_error naming the fix (no device, unknown name, bad port/GID).
+std::shared_ptr<gloo::transport::Device> makeIbverbsDevice(const std::string& name, int port,
+                                                           int gid_index);
+
 // Full-mesh context of `size` ranks under "<prefix>" in the store.
 std::shared_ptr<gloo::Context> connectContext(gloo::rendezvous::Store& store,
                                               const std::string& prefix, int rank, int size,

@@ -100,17 +100,19 @@ std::optional<Decision> ReceiverSource::poll(uint64_t, uint64_t) {
   return d;
 }
 
-SwitchDraws::SwitchDraws(int every, uint64_t seed)
-    : every_(uint64_t(std::max(every, 0))), seed_(seed) {}
+SwitchDraws::SwitchDraws(int every, uint64_t seed, uint32_t topologies)
+    : every_(uint64_t(std::max(every, 0))), seed_(seed), topologies_(topologies) {}
 
 std::optional<Decision> SwitchDraws::poll(uint64_t step, uint64_t newest_epoch) {
   // Step 0 never draws; a run resumed at a multiple of K draws at its first step, as the
   // uninterrupted run did there.
   if (every_ == 0 || step == 0 || step % every_ != 0) return std::nullopt;
   const uint64_t r = mix(seed_ ^ mix(step));
-  return Decision{
-      {newest_epoch + 1, Topology(r % kTopologyCount), PinMode((r >> 8) % kPinModeCount)},
-      realtimeNowNs()};
+  uint64_t topology = r % kTopologyCount;
+  for (size_t i = 0; i < kTopologyCount && !(topologies_ >> topology & 1); ++i)
+    topology = (topology + 1) % kTopologyCount;
+  return Decision{{newest_epoch + 1, Topology(topology), PinMode((r >> 8) % kPinModeCount)},
+                  realtimeNowNs()};
 }
 
 ConfigSync::ConfigSync(const SyncOptions& options, ConfigWord initial)

@@ -95,14 +95,16 @@ class ReceiverSource final : public DecisionSource {
 
 // Test and benchmark hook (--switch-every K --switch-seed S): a topology and pinning drawn from
 // (seed, step) at every step > 0 that K divides, so a resumed run draws what an uninterrupted run
-// draws from there on.
+// draws from there on. `topologies` (bit t: Topology t may be drawn) leaves out those the transport
+// cannot run (ibverbs: the unbound-buffer ones); a draw of one of them takes the next allowed one.
 class SwitchDraws final : public DecisionSource {
  public:
-  SwitchDraws(int every, uint64_t seed);
+  SwitchDraws(int every, uint64_t seed, uint32_t topologies = ~0u);
   std::optional<Decision> poll(uint64_t step, uint64_t newest_epoch) override;
 
  private:
   uint64_t every_, seed_;
+  uint32_t topologies_;
 };
 
 struct SyncOptions {

@@ -179,5 +179,28 @@ TEST(Options, RejectsBadCombinationsWithOneLine) {
   }
 }
 
+TEST(Options, IbverbsTransportTakesDevicesAndRefusesUnboundTopologies) {
+  std::string e;
+  auto o = parse({"--ranks", "2", "--transport", "ibverbs", "--rdma-device", "rxe0,rxe1",
+                  "--gid-index", "1", "--topology", "bcube"},
+                 {}, e);
+  ASSERT_TRUE(o) << e;
+  EXPECT_EQ(o->transport, "ibverbs");
+  EXPECT_EQ(o->rdma_devices, (std::vector<std::string>{"rxe0", "rxe1"}));
+  EXPECT_EQ(o->gid_index, 1);
+  // The default topology (ring) runs on unbound buffers: one line naming those that can run.
+  EXPECT_FALSE(parse({"--ranks", "2", "--transport", "ibverbs"}, {}, e));
+  EXPECT_NE(e.find("halving-doubling or bcube"), std::string::npos) << e;
+  EXPECT_FALSE(
+      parse({"--ranks", "2", "--transport", "ibverbs", "--topology", "hierarchical"}, {}, e));
+  EXPECT_FALSE(parse(
+      {"--ranks", "3", "--transport", "ibverbs", "--topology", "bcube", "--rdma-device", "a,b"}, {},
+      e));
+  EXPECT_NE(e.find("one per rank"), std::string::npos) << e;
+  EXPECT_FALSE(parse({"--transport", "roce"}, {}, e));
+  EXPECT_FALSE(parse({"--rdma-device", "mlx5_0"}, {}, e));
+  EXPECT_NE(e.find("need --transport ibverbs"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace bpftrain::trainer::app

@@ -548,5 +548,24 @@ TEST(ReceiverSource, TakesVerifiedDecisionsFromTheControlSocket) {
   close(fd);
 }
 
+// Over ibverbs the transport runs halving-doubling and bcube only: draws never name another.
+TEST(SwitchDraws, DrawOnlyTheTopologiesTheTransportRuns) {
+  const uint32_t bound =
+      1u << uint32_t(Topology::kHalvingDoubling) | 1u << uint32_t(Topology::kBcube);
+  SwitchDraws all(1, 27), ibverbs(1, 27, bound);
+  std::set<Topology> seen;
+  for (uint64_t step = 1; step <= 200; ++step) {
+    auto a = all.poll(step, 0), b = ibverbs.poll(step, 0);
+    ASSERT_TRUE(a && b);
+    EXPECT_TRUE(bound >> uint32_t(b->config.topology) & 1) << step;
+    EXPECT_EQ(a->config.pinning, b->config.pinning);  // the pinning draw is the same
+    if (bound >> uint32_t(a->config.topology) & 1) {
+      EXPECT_EQ(a->config.topology, b->config.topology);
+    }
+    seen.insert(b->config.topology);
+  }
+  EXPECT_EQ(seen.size(), 2u);
+}
+
 }  // namespace
 }  // namespace bpftrain::trainer::control
