@@ -39,4 +39,24 @@ size_t encodeSignedControl(std::span<uint8_t> out, uint64_t sender_id, uint32_t 
   return encodeControl(out, sender_id, sequence, c);
 }
 
+std::optional<Mac> ncclControlMac(const NcclControl& c, std::string_view secret) {
+  std::array<uint8_t, 1 + kMaxNameLength + 36> signing{};
+  size_t n = ncclControlSigningBytes(signing, c);
+  if (n == 0) return std::nullopt;
+  return hmacSha256(bytesOf(secret), std::span<const uint8_t>(signing.data(), n));
+}
+
+bool verifyNcclControl(const NcclControl& c, std::string_view secret) {
+  std::optional<Mac> mac = ncclControlMac(c, secret);
+  return mac && macEqual(*mac, c.mac);
+}
+
+size_t encodeSignedNcclControl(std::span<uint8_t> out, uint64_t sender_id, uint32_t sequence,
+                               NcclControl& c, std::string_view secret) {
+  std::optional<Mac> mac = ncclControlMac(c, secret);
+  if (!mac) return 0;
+  c.mac = *mac;
+  return encodeNcclControl(out, sender_id, sequence, c);
+}
+
 }  // namespace bpftrain::wire

@@ -26,4 +26,10 @@ bool verifyControl(const Control& c, std::string_view secret);
 size_t encodeSignedControl(std::span<uint8_t> out, uint64_t sender_id, uint32_t sequence,
                            Control& c, std::string_view secret);
 
+// The same for NCCL tuner decisions (kind 6): MAC over exactly ncclControlSigningBytes().
+std::optional<Mac> ncclControlMac(const NcclControl& c, std::string_view secret);
+bool verifyNcclControl(const NcclControl& c, std::string_view secret);
+size_t encodeSignedNcclControl(std::span<uint8_t> out, uint64_t sender_id, uint32_t sequence,
+                               NcclControl& c, std::string_view secret);
+
 }  // namespace bpftrain::wire

@@ -227,6 +227,48 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "Events a probe could not deliver (ring buffer full)")                                          \
   X(kProbeTargetsDropped, "bpftrain_probe_targets_dropped", kCounter, "targets", "", "loader",     \
     "Processes not (fully) traced: target slots or maps full, a map update or USDT attach failed")                            \
+  /* ---- NCCL plugins (plugins/nccl/): any NCCL job, in labelled-sample frames ---- */       \
+  X(kNcclCollectiveSeconds, "bpftrain_nccl_collective_seconds", kDistribution, "seconds",         \
+    "job rank comm collective algorithm protocol", "NCCL profiler plugin",                        \
+    "Time of one NCCL collective: GPU kernel time from KernelCh events, else first start to last " \
+    "proxy stop", kStepSecondsBuckets)                                                             \
+  X(kNcclCollectives, "bpftrain_nccl_collectives", kCounter, "collectives",                       \
+    "job rank comm collective algorithm protocol", "NCCL profiler plugin",                        \
+    "NCCL collectives completed, by the algorithm and protocol NCCL ran them with")               \
+  X(kNcclCollectiveBytes, "bpftrain_nccl_collective_bytes", kCounter, "bytes",                    \
+    "job rank comm collective algorithm protocol", "NCCL profiler plugin",                        \
+    "Bytes of NCCL collectives (nccl-tests size: all ranks' data for allgather, reducescatter)")  \
+  X(kNcclBusbw, "bpftrain_nccl_busbw_bytes_per_second", kGauge, "bytes/s",                        \
+    "job rank comm collective algorithm protocol", "NCCL profiler plugin",                        \
+    "Bus bandwidth of the timed collectives of the last flush (nccl-tests convention)")           \
+  X(kNcclCollectiveChannels, "bpftrain_nccl_collective_channels", kGauge, "channels",             \
+    "job rank comm collective algorithm protocol", "NCCL profiler plugin",                        \
+    "Channels (CTAs) NCCL gave the last such collective")                                         \
+  X(kNcclOutstandingSteps, "bpftrain_nccl_outstanding_steps", kGauge, "steps",                    \
+    "job rank comm channel peer direction", "NCCL profiler plugin ProxyStep",                     \
+    "Network steps started and not finished on a connection (at most 8): a full pipe waits on "   \
+    "the network")                                                                                 \
+  X(kNcclSteps, "bpftrain_nccl_steps", kCounter, "steps", "job rank comm channel peer direction", \
+    "NCCL profiler plugin ProxyStep", "Network steps (one transfer each) finished on a connection") \
+  X(kNcclStepBytes, "bpftrain_nccl_step_bytes", kCounter, "bytes",                                \
+    "job rank comm channel peer direction", "NCCL profiler plugin ProxyStep",                     \
+    "Bytes the network steps of a connection posted or received")                                 \
+  X(kNcclStepWaitSeconds, "bpftrain_nccl_step_wait_seconds", kCounter, "seconds",                 \
+    "job rank comm channel peer direction phase", "NCCL profiler plugin ProxyStep",               \
+    "Time network steps spent waiting, by phase: gpu (data from/to the GPU), peer (the "          \
+    "receiver's credit), network (the transfer), flush (receive flush)")                          \
+  X(kNcclTunerCalls, "bpftrain_nccl_tuner_calls", kGauge, "calls", "job rank comm",               \
+    "NCCL tuner plugin", "getCollInfo calls of a communicator: a decision's start_call must lie " \
+    "ahead of every rank's value")                                                                 \
+  X(kNcclDecisionEpoch, "bpftrain_nccl_decision_epoch", kGauge, "epoch", "job rank comm",         \
+    "NCCL tuner plugin", "Epoch of the tuner decision in force on a communicator (0: NCCL's own)") \
+  X(kNcclDecisionsRefused, "bpftrain_nccl_decisions_refused", kCounter, "decisions",              \
+    "job rank reason", "NCCL tuner plugin",                                                        \
+    "Tuner decisions not applied: malformed, wrong_job, bad_mac, clock_skew, replay, "            \
+    "stale_epoch, unknown_value, late (start_call passed), unsupported (per call)")               \
+  X(kNcclEventsDropped, "bpftrain_nccl_events_dropped", kCounter, "events", "job rank reason",    \
+    "NCCL profiler plugin", "Profiler events not recorded: pool_full, ring_full, table_full, "    \
+    "unknown_handle")                                                                              \
   /* ---- controller ---- */                                                                      \
   X(kControllerDecisions, "bpftrain_controller_decisions", kCounter, "decisions",                  \
     "from to reason", "controller", "Every switch the controller made, and why")                 \

@@ -163,7 +163,7 @@ DecodeError nextFrame(std::span<const uint8_t>& datagram, FrameView& frame) {
   if (getU32(p) != kMagic) return DecodeError::kBadMagic;
   if (p[4] != kVersion) return DecodeError::kBadVersion;
   uint8_t kind = p[5];
-  if (kind < uint8_t(FrameKind::kHello) || kind > uint8_t(FrameKind::kControl))
+  if (kind < uint8_t(FrameKind::kHello) || kind > uint8_t(FrameKind::kNcclControl))
     return DecodeError::kUnknownKind;
   size_t length = getU16(p + 6);
   if (length < kHeaderSize) return DecodeError::kTruncated;
@@ -227,6 +227,194 @@ DecodeError decodeControl(const FrameView& frame, Control& out) {
   out.pinning = p[9];
   out.timestamp_ns = getU64(p + 10);
   std::memcpy(out.mac.data(), p + 18, out.mac.size());
+  return DecodeError::kNone;
+}
+
+// ---------------------------------------------------------------- NCCL plugins
+
+namespace {
+
+constexpr size_t kLabelledRecordFixed = 16;  // metric, type, label count, offset, value
+
+const metrics::MetricDef* labelledDef(LabelledMetricId id) {
+  switch (id) {
+    case LabelledMetricId::kNcclCollectiveSeconds:
+      return &metrics::kNcclCollectiveSeconds;
+    case LabelledMetricId::kNcclCollectives:
+      return &metrics::kNcclCollectives;
+    case LabelledMetricId::kNcclCollectiveBytes:
+      return &metrics::kNcclCollectiveBytes;
+    case LabelledMetricId::kNcclBusbw:
+      return &metrics::kNcclBusbw;
+    case LabelledMetricId::kNcclCollectiveChannels:
+      return &metrics::kNcclCollectiveChannels;
+    case LabelledMetricId::kNcclOutstandingSteps:
+      return &metrics::kNcclOutstandingSteps;
+    case LabelledMetricId::kNcclSteps:
+      return &metrics::kNcclSteps;
+    case LabelledMetricId::kNcclStepBytes:
+      return &metrics::kNcclStepBytes;
+    case LabelledMetricId::kNcclStepWaitSeconds:
+      return &metrics::kNcclStepWaitSeconds;
+    case LabelledMetricId::kNcclTunerCalls:
+      return &metrics::kNcclTunerCalls;
+    case LabelledMetricId::kNcclDecisionEpoch:
+      return &metrics::kNcclDecisionEpoch;
+    case LabelledMetricId::kNcclDecisionsRefused:
+      return &metrics::kNcclDecisionsRefused;
+    case LabelledMetricId::kNcclEventsDropped:
+      return &metrics::kNcclEventsDropped;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+LabelledMetricInfo labelledMetricInfo(LabelledMetricId id) {
+  const metrics::MetricDef* def = labelledDef(id);
+  if (def == nullptr) return {};
+  constexpr std::string_view kPrefix = "job rank";
+  std::string_view rest = def->labels.substr(def->labels.starts_with(kPrefix) ? kPrefix.size() : 0);
+  while (rest.starts_with(' ')) rest.remove_prefix(1);
+  size_t n = rest.empty() ? 0 : 1;
+  for (char c : rest) n += c == ' ';
+  SampleType type = def->kind == metrics::Kind::kCounter ? SampleType::kCounter
+                    : def->kind == metrics::Kind::kGauge ? SampleType::kGauge
+                                                         : SampleType::kTimer;
+  return {def->name, type, rest, n};
+}
+
+bool isValidLabelValue(std::string_view s) {
+  if (s.empty() || s.size() > kMaxLabelValueLength) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == ':' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+LabelledFrameBuilder::LabelledFrameBuilder(std::span<uint8_t> out)
+    : out_(out), used_(kHeaderSize + kSamplesPrefix) {}
+
+bool LabelledFrameBuilder::add(const LabelledRecord& r) {
+  if (r.label_count > kMaxLabels || count_ == UINT16_MAX) return false;
+  size_t need = kLabelledRecordFixed;
+  for (size_t i = 0; i < r.label_count; ++i) {
+    if (!isValidLabelValue(r.labels[i])) return false;
+    need += 1 + r.labels[i].size();
+  }
+  if (used_ + need > out_.size() || used_ + need > kMaxFrameSize) return false;
+  uint8_t* p = out_.data() + used_;
+  putU16(p, uint16_t(r.metric));
+  p[2] = uint8_t(r.type);
+  p[3] = uint8_t(r.label_count);
+  putU32(p + 4, r.offset_us);
+  putF64(p + 8, r.value);
+  p += kLabelledRecordFixed;
+  for (size_t i = 0; i < r.label_count; ++i) {
+    *p++ = uint8_t(r.labels[i].size());
+    std::memcpy(p, r.labels[i].data(), r.labels[i].size());
+    p += r.labels[i].size();
+  }
+  used_ += need;
+  ++count_;
+  return true;
+}
+
+size_t LabelledFrameBuilder::finish(uint64_t sender_id, uint32_t sequence,
+                                    uint64_t base_timestamp_ns) {
+  if (count_ == 0 || out_.size() < kHeaderSize + kSamplesPrefix) return 0;
+  putU64(out_.data() + kHeaderSize, base_timestamp_ns);
+  return finishFrame(out_, FrameKind::kLabelledSamples, sender_id, sequence, count_, used_);
+}
+
+LabelledRecord LabelledSamplesView::next(size_t& offset) const {
+  const uint8_t* p = records.data() + offset;
+  LabelledRecord r;
+  r.metric = LabelledMetricId(getU16(p));
+  r.type = SampleType(p[2]);
+  r.label_count = p[3];
+  r.offset_us = getU32(p + 4);
+  r.value = getF64(p + 8);
+  p += kLabelledRecordFixed;
+  for (size_t i = 0; i < r.label_count; ++i) {
+    size_t n = *p++;
+    r.labels[i] = std::string_view(reinterpret_cast<const char*>(p), n);
+    p += n;
+  }
+  offset = size_t(p - records.data());
+  return r;
+}
+
+DecodeError decodeLabelledSamples(const FrameView& frame, LabelledSamplesView& out) {
+  if (frame.body.size() < kSamplesPrefix) return DecodeError::kTruncated;
+  const uint8_t* p = frame.body.data() + kSamplesPrefix;
+  const uint8_t* end = frame.body.data() + frame.body.size();
+  for (size_t i = 0; i < frame.header.record_count; ++i) {
+    if (p + kLabelledRecordFixed > end) return DecodeError::kCountOverrun;
+    LabelledMetricInfo info = labelledMetricInfo(LabelledMetricId(getU16(p)));
+    if (info.name.empty() || p[2] != uint8_t(info.type)) return DecodeError::kUnknownMetric;
+    if (p[3] != info.label_count) return DecodeError::kBadName;
+    if (!std::isfinite(getF64(p + 8))) return DecodeError::kNonFinite;
+    size_t labels = p[3];
+    p += kLabelledRecordFixed;
+    for (size_t l = 0; l < labels; ++l) {
+      if (p >= end) return DecodeError::kCountOverrun;
+      size_t n = *p++;
+      if (p + n > end) return DecodeError::kCountOverrun;
+      if (!isValidLabelValue(std::string_view(reinterpret_cast<const char*>(p), n)))
+        return DecodeError::kBadName;
+      p += n;
+    }
+  }
+  if (p != end) return DecodeError::kOversized;
+  out.base_timestamp_ns = getU64(frame.body.data());
+  out.records = frame.body.subspan(kSamplesPrefix);
+  out.count = frame.header.record_count;
+  return DecodeError::kNone;
+}
+
+size_t ncclControlSigningBytes(std::span<uint8_t> out, const NcclControl& c) {
+  uint8_t* p = out.data();
+  const uint8_t* end = out.data() + out.size();
+  if (!writeName(p, end, c.job) || p + 36 > end) return 0;
+  putU64(p, c.epoch);
+  putU64(p + 8, c.comm_id);
+  putU64(p + 16, c.start_call);
+  p[24] = c.collective;
+  p[25] = c.algorithm;
+  p[26] = c.protocol;
+  p[27] = c.channels;
+  putU64(p + 28, c.timestamp_ns);
+  return size_t(p + 36 - out.data());
+}
+
+size_t encodeNcclControl(std::span<uint8_t> out, uint64_t sender_id, uint32_t sequence,
+                         const NcclControl& c) {
+  if (out.size() < kHeaderSize) return 0;
+  size_t n = ncclControlSigningBytes(out.subspan(kHeaderSize), c);
+  size_t total = kHeaderSize + n + c.mac.size();
+  if (n == 0 || total > out.size()) return 0;
+  std::memcpy(out.data() + kHeaderSize + n, c.mac.data(), c.mac.size());
+  return finishFrame(out, FrameKind::kNcclControl, sender_id, sequence, 0, total);
+}
+
+DecodeError decodeNcclControl(const FrameView& frame, NcclControl& out) {
+  const uint8_t* p = frame.body.data();
+  const uint8_t* end = p + frame.body.size();
+  if (DecodeError e = readName(p, end, out.job); e != DecodeError::kNone) return e;
+  if (p + 36 + out.mac.size() != end)
+    return p + 36 + out.mac.size() > end ? DecodeError::kTruncated : DecodeError::kOversized;
+  out.epoch = getU64(p);
+  out.comm_id = getU64(p + 8);
+  out.start_call = getU64(p + 16);
+  out.collective = p[24];
+  out.algorithm = p[25];
+  out.protocol = p[26];
+  out.channels = p[27];
+  out.timestamp_ns = getU64(p + 28);
+  std::memcpy(out.mac.data(), p + 36, out.mac.size());
   return DecodeError::kNone;
 }
 

@@ -25,10 +25,12 @@ inline constexpr size_t kSampleRecordSize = 16;
 inline constexpr size_t kMaxSamplesPerFrame = (kMaxFrameSize - kHeaderSize - 8) / kSampleRecordSize;
 
 enum class FrameKind : uint8_t {
-  kHello = 1,          // who the sender is: job, rank, node, pid, tids
-  kSamples = 2,        // metric samples
-  kWindowSummary = 3,  // one series' window step (collector → parent collector)
-  kControl = 4,        // a signed controller decision (controller → trainer rank 0)
+  kHello = 1,            // who the sender is: job, rank, node, pid, tids
+  kSamples = 2,          // metric samples
+  kWindowSummary = 3,    // one series' window step (collector → parent collector)
+  kControl = 4,          // a signed controller decision (controller → trainer rank 0)
+  kLabelledSamples = 5,  // samples that carry label values (the NCCL profiler plugin)
+  kNcclControl = 6,      // a signed NCCL algorithm/protocol decision (→ the NCCL tuner plugin)
 };
 
 // Metrics a rank streams in binary frames. Ids are part of the wire contract: append, never reuse.
@@ -168,6 +170,92 @@ struct HelloView {
 DecodeError decodeHello(const FrameView& frame, HelloView& out);
 
 DecodeError decodeControl(const FrameView& frame, Control& out);
+
+// ---- NCCL plugins (plugins/nccl/): labelled samples and tuner decisions (docs/wire-format.md).
+// Metrics of kLabelledSamples frames: their own id space, so the per-sender slots of plain samples
+// stay small. Each carries the values of the catalogue labels after `job rank`, in order.
+enum class LabelledMetricId : uint16_t {
+  kNcclCollectiveSeconds = 1,
+  kNcclCollectives = 2,
+  kNcclCollectiveBytes = 3,
+  kNcclBusbw = 4,
+  kNcclCollectiveChannels = 5,
+  kNcclOutstandingSteps = 6,
+  kNcclSteps = 7,
+  kNcclStepBytes = 8,
+  kNcclStepWaitSeconds = 9,
+  kNcclTunerCalls = 10,
+  kNcclDecisionEpoch = 11,
+  kNcclDecisionsRefused = 12,
+  kNcclEventsDropped = 13,
+  kLast = kNcclEventsDropped,
+};
+inline constexpr size_t kMaxLabels = 6;             // label values in one labelled record
+inline constexpr size_t kMaxLabelValueLength = 32;  // letters, digits, _ . : -
+
+struct LabelledMetricInfo {
+  std::string_view name;  // empty for an unknown id
+  SampleType type = SampleType::kGauge;
+  std::string_view labels;  // the catalogue's label names after `job rank`, space separated
+  size_t label_count = 0;
+};
+LabelledMetricInfo labelledMetricInfo(LabelledMetricId id);
+
+struct LabelledRecord {
+  LabelledMetricId metric{};
+  SampleType type = SampleType::kGauge;
+  uint32_t offset_us = 0;
+  double value = 0;
+  size_t label_count = 0;
+  std::array<std::string_view, kMaxLabels> labels{};
+};
+
+// Appends labelled records into one frame in `out`; finish() writes the header and returns the
+// frame's size (0 when no record was added).
+class LabelledFrameBuilder {
+ public:
+  explicit LabelledFrameBuilder(std::span<uint8_t> out);
+  // False (nothing written) when the record does not fit or a label value is invalid.
+  bool add(const LabelledRecord& r);
+  size_t finish(uint64_t sender_id, uint32_t sequence, uint64_t base_timestamp_ns);
+  uint16_t count() const { return count_; }
+
+ private:
+  std::span<uint8_t> out_;
+  size_t used_;
+  uint16_t count_ = 0;
+};
+
+struct LabelledSamplesView {
+  uint64_t base_timestamp_ns = 0;
+  std::span<const uint8_t> records;
+  size_t count = 0;
+  // Reads the record at byte `offset` of `records` and advances it; only after a successful
+  // decodeLabelledSamples().
+  LabelledRecord next(size_t& offset) const;
+};
+// All or nothing: every record has a known metric, its catalogue's label count, valid values.
+DecodeError decodeLabelledSamples(const FrameView& frame, LabelledSamplesView& out);
+bool isValidLabelValue(std::string_view s);
+
+// A tuner decision for one job's communicator (or all of them), from a collective call on.
+inline constexpr uint8_t kNcclAny = 0xff;
+struct NcclControl {
+  std::string_view job;
+  uint64_t epoch = 0;
+  uint64_t comm_id = 0;           // NCCL's commId; 0: every communicator of the process
+  uint64_t start_call = 0;        // the communicator's tuner call index from which it applies
+  uint8_t collective = kNcclAny;  // ncclFunc_t (4: AllReduce); kNcclAny: every collective
+  uint8_t algorithm = kNcclAny;   // 0 TREE .. 6 PAT; kNcclAny: back to NCCL's own choice
+  uint8_t protocol = kNcclAny;    // 0 LL, 1 LL128, 2 SIMPLE; kNcclAny: the algorithm's cheapest
+  uint8_t channels = 0;           // 0: NCCL's choice
+  uint64_t timestamp_ns = 0;
+  std::array<uint8_t, 32> mac{};  // HMAC-SHA256 over ncclControlSigningBytes()
+};
+size_t ncclControlSigningBytes(std::span<uint8_t> out, const NcclControl& c);
+size_t encodeNcclControl(std::span<uint8_t> out, uint64_t sender_id, uint32_t sequence,
+                         const NcclControl& c);
+DecodeError decodeNcclControl(const FrameView& frame, NcclControl& out);
 
 // Job and node names: a letter or _, then letters, digits, _, - or . (hostnames fit).
 bool isValidName(std::string_view s);

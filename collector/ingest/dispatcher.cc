@@ -62,6 +62,7 @@ void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_n
       s.pinning_info.fill(kUnset);
     }
     statsd_.clear();
+    labelled_.clear();
   }
   if (datagram.size() >= 4 && wire::getU32(datagram.data()) == wire::kMagic) {
     handleBinary(datagram, now_ns);
@@ -97,7 +98,11 @@ void Dispatcher::handleBinary(std::span<const uint8_t> datagram, int64_t now_ns)
           stats_.error(DecodeReason::kBadSummary);
         }
         break;
+      case wire::FrameKind::kLabelledSamples:
+        handleLabelled(frame, now_ns);
+        break;
       case wire::FrameKind::kControl:
+      case wire::FrameKind::kNcclControl:
         stats_.drop(DropReason::kUnexpectedKind);
         break;
     }
@@ -221,6 +226,67 @@ void Dispatcher::handleSamples(const wire::FrameView& frame, int64_t now_ns) {
     store_.record(writer_, id, r.value, now_ns);
     if (r.metric == wire::MetricId::kTopology) recordInfo(*s, true, r.value, now_ns);
     if (r.metric == wire::MetricId::kPinning) recordInfo(*s, false, r.value, now_ns);
+    ++accepted;
+  }
+  stats_.sample(Protocol::kBinary, accepted);
+}
+
+// Labelled samples (plugins/nccl): the series is job, rank, then the catalogue's other labels
+// with the values the record carries; cached per thread under those names and values.
+void Dispatcher::handleLabelled(const wire::FrameView& frame, int64_t now_ns) {
+  wire::LabelledSamplesView samples;
+  if (wire::DecodeError e = wire::decodeLabelledSamples(frame, samples);
+      e != wire::DecodeError::kNone) {
+    stats_.error(fromWire(e));
+    return;
+  }
+  SenderState* s = senderState(frame.header.sender_id);
+  if (s == nullptr) {
+    stats_.drop(DropReason::kUnknownSender, samples.count);
+    return;
+  }
+  trackSequence(*s, frame.header.sequence);
+  uint64_t accepted = 0;
+  size_t offset = 0;
+  std::array<char, 2 * wire::kMaxNameLength + 8 + wire::kMaxLabels*(wire::kMaxLabelValueLength + 1)>
+      key_buf;
+  for (size_t i = 0; i < samples.count; ++i) {
+    const wire::LabelledRecord r = samples.next(offset);
+    size_t at = 0;
+    auto put = [&](std::string_view part) {
+      key_buf[at++] = char(part.size());
+      if (!part.empty()) std::memcpy(key_buf.data() + at, part.data(), part.size());
+      at += part.size();
+    };
+    put(s->job);
+    put(s->rank);
+    key_buf[at++] = char(uint16_t(r.metric) & 0xff);
+    key_buf[at++] = char(uint16_t(r.metric) >> 8);
+    for (size_t l = 0; l < r.label_count; ++l) put(r.labels[l]);
+    const std::string_view key(key_buf.data(), at);
+    const uint64_t hash = hashKey(key);
+    SeriesId id;
+    if (const SeriesId* cached = labelled_.findHashed(key, hash)) {
+      id = *cached;
+    } else {
+      const wire::LabelledMetricInfo info = wire::labelledMetricInfo(r.metric);
+      Label labels[2 + wire::kMaxLabels] = {{"job", s->job}, {"rank", s->rank}};
+      std::string_view names = info.labels;
+      for (size_t l = 0; l < r.label_count; ++l) {
+        const size_t space = names.find(' ');
+        labels[2 + l] = Label{names.substr(0, space), r.labels[l]};
+        names = space == std::string_view::npos ? std::string_view() : names.substr(space + 1);
+      }
+      id = store_.lookup(info.name, std::span<const Label>(labels, 2 + r.label_count),
+                         kindOf(info.type));
+      if (id == kRejectedSeries) {
+        stats_.drop(DropReason::kSeriesLimit);
+        continue;
+      }
+      if (labelled_.size() >= options_.max_cached_series) labelled_.clear();
+      labelled_.insert(key, hash, id);
+    }
+    store_.record(writer_, id, r.value, now_ns);
     ++accepted;
   }
   stats_.sample(Protocol::kBinary, accepted);

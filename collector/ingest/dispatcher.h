@@ -74,6 +74,7 @@ class Dispatcher {
   void handleBinary(std::span<const uint8_t> datagram, int64_t now_ns);
   void handleHello(const wire::FrameView& frame, int64_t now_ns);
   void handleSamples(const wire::FrameView& frame, int64_t now_ns);
+  void handleLabelled(const wire::FrameView& frame, int64_t now_ns);  // the NCCL plugin's
   void trackSequence(SenderState& s, uint32_t sequence);
   SenderState* senderState(uint64_t sender_id);
   window::SeriesId seriesFor(SenderState& s, wire::MetricId metric);
@@ -91,6 +92,7 @@ class Dispatcher {
   DispatchOptions options_;
   std::unordered_map<uint64_t, SenderState> senders_;
   KeyTable<StatsdEntry> statsd_;
+  KeyTable<window::SeriesId> labelled_;  // "job|rank|metric|label values" of labelled samples
   int64_t last_tick_step_ = 0;
   StatsdLine line_;            // reused parse output
   uint64_t expiry_epoch_ = 0;  // the store's expiryEpoch() the cached ids were looked up under

@@ -85,6 +85,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case wire::FrameKind::kWindowSummary:
         break;  // summary_fuzz
+      case wire::FrameKind::kLabelledSamples: {
+        wire::LabelledSamplesView v;
+        if (wire::decodeLabelledSamples(f, v) == DecodeError::kNone) {
+          size_t offset = 0;
+          for (size_t i = 0; i < v.count; ++i) v.next(offset);
+          FUZZ_CHECK(offset == v.records.size());
+        }
+        break;
+      }
+      case wire::FrameKind::kNcclControl: {
+        wire::NcclControl c;
+        (void)wire::decodeNcclControl(f, c);
+        break;
+      }
     }
   }
 
