@@ -138,7 +138,11 @@ RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, i
 }
 
 double RulesPolicy::pinSignal(const Features& f, PinMode mode) {
-  if (mode == PinMode::kNuma) return f.migrations_per_s[int(MigrationScope::kNode)];
+  // Cross-node events per second: a task moved to another node, or a NUMA hinting fault on memory
+  // of another node. Either may have caused a move to numa, and a trial that judged node moves
+  // alone could not see the benefit of one caused by misplaced memory (no node moves at all).
+  if (mode == PinMode::kNuma)
+    return f.migrations_per_s[int(MigrationScope::kNode)] + f.numa_remote_faults_per_s;
   return f.migrations_per_s[int(MigrationScope::kCpu)] +
          f.migrations_per_s[int(MigrationScope::kLlc)];
 }
@@ -217,6 +221,9 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     // No reference yet (the job's first steps): the signal must hold for no_reference_steps.
     congested_steps_ =
         std::max(0, signal_steps_ - (config_.no_reference_steps - config_.escalate_steps));
+  } else if (f.samples_per_s_window <= config_.decisive_throughput_fraction * calm_samples_) {
+    congested_steps_ = std::max(congested_steps_ + 1, config_.escalate_steps);
+    why += fmt(" (samples/s %.0f, %.0f calm: decisive)", f.samples_per_s_window, calm_samples_);
   } else if (f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_) {
     ++congested_steps_;
   } else {
@@ -354,7 +361,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // Pinning moves once, away from none; it rides along with a topology change or stands alone.
   if (current.pinning == PinMode::kNone && dwell_ok && !d.change &&
       now_ns >= pin_blocked_until_ns_) {
-    const double node_moves = pinSignal(f, PinMode::kNuma);
+    const double node_moves = f.migrations_per_s[int(MigrationScope::kNode)];
     const double cpu_moves = pinSignal(f, PinMode::kCompact);
     std::string pin_why;
     PinMode want = PinMode::kNone;

@@ -57,6 +57,10 @@ struct RulesConfig {
   // cut the ring from 232 to 60 samples/s; with other builds loading the machine (load 15 on 2
   // cores) RTT medians of 5-7 ms came with dips to 0.8x, which 0.85 let through.
   double congestion_throughput_fraction = 0.7;
+  // A signal corroborated this strongly (samples/s at or below this fraction of calm: lo
+  // throttled cut the ring to 0.26x) is no CPU-load artefact: it escalates on its first step
+  // instead of escalate_steps, half a second sooner.
+  double decisive_throughput_fraction = 0.5;
   // Before the rung has a calm reference (a job's first steps, one that starts congested) a
   // signal counts once it held this many consecutive steps (3 s).
   int no_reference_steps = 6;
@@ -147,7 +151,8 @@ class RulesPolicy final : public Policy {
     double sum_samples = 0, sum_signal = 0;
     int n = 0;
   };
-  // The pinning signal the rules read: node moves for numa, cpu+llc moves for compact.
+  // The signal a pinning trial judges: node moves plus remote NUMA hint faults per second for
+  // numa, cpu+llc moves for compact.
   static double pinSignal(const Features& f, PinMode mode);
   // The pending trial's verdict this step, if it has one: true to undo.
   bool pinTrialUndo(const Features& f, const Arm& current, int64_t now_ns, std::string& why);

@@ -3,7 +3,8 @@
 // the rules policy and the BPF transport probes (RTT jitter). Intra-host TCP is throttled (TBF on
 // lo in both hosts) 6 s in: the flat ring's bus bandwidth collapses and the controller must have
 // every rank on the hierarchical topology (whose node stage uses shared memory) within the
-// deadline; at the end every rank's parameter hash is identical. The lab and every process are
+// deadline and stay there but for budgeted re-probes of the ring; at the end every rank's
+// parameter hash is identical. The lab and every process are
 // removed even when an assertion fails.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "tests/support/requirements.h"
 #include "tests/tools/netlab_util.h"
@@ -98,8 +100,13 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
     }
   }
   ASSERT_GT(throttled_ns, 0) << r.out;
+  // The first moment every rank reports hierarchical after the throttle, and from then on the
+  // share of time every rank stays there. The way back (issue 9) re-probes the ring now and then
+  // while the congestion lasts: such a trial may leave hierarchical for a few seconds, but only as
+  // a `reprobe` decision, and the loop must spend most of the throttled phase where it is right.
   std::map<int, int> topo_now;
-  int64_t all_hier_ns = 0;
+  int64_t all_hier_ns = 0, last_ns = 0, on_hier_ns = 0, prev_ns = 0;
+  bool prev_all = false;
   {
     std::ifstream in(telemetry);
     for (std::string l; std::getline(in, l);) {
@@ -109,20 +116,42 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
       int64_t t = j["wall_ns"].get<int64_t>();
       bool all = topo_now.size() == 4;
       for (auto& [rank, topo] : topo_now) all = all && topo == 3;  // Topology::kHierarchical
+      if (all_hier_ns != 0 && prev_all) on_hier_ns += t - prev_ns;
       if (all && t >= throttled_ns && all_hier_ns == 0) all_hier_ns = t;
-      if (!all && t >= throttled_ns) all_hier_ns = 0;  // must stay there
+      prev_all = all;
+      prev_ns = t;
+      last_ns = t;
     }
   }
   std::string log;
+  int reprobes = 0;
   {
     std::ifstream in(decisions);
     log.assign(std::istreambuf_iterator<char>(in), {});
   }
-  ASSERT_GT(all_hier_ns, 0) << "never settled on hierarchical after the throttle; decisions:\n"
-                            << log;
+  ASSERT_GT(all_hier_ns, 0) << "never on hierarchical after the throttle; decisions:\n" << log;
+  {
+    std::istringstream in(log);
+    for (std::string l; std::getline(in, l);) {
+      auto j = nlohmann::json::parse(l);
+      if (j.value("event", "") != "decision" || j["wall_ns"].get<int64_t>() < all_hier_ns) continue;
+      const std::string from = j.value("from", ""), to = j.value("to", "");
+      if (from.rfind("hierarchical", 0) == 0 && to.rfind("hierarchical", 0) != 0) {
+        EXPECT_EQ(j.value("reason", ""), "reprobe") << "left hierarchical under congestion: " << l;
+        ++reprobes;
+      }
+    }
+  }
   double after_s = double(all_hier_ns - throttled_ns) * 1e-9;
-  std::printf("throttle -> every rank on hierarchical: %.2f s\n", after_s);
+  double settled_s = double(last_ns - all_hier_ns) * 1e-9;
+  double share = settled_s > 0 ? double(on_hier_ns) * 1e-9 / settled_s : 1.0;
+  std::printf(
+      "throttle -> every rank on hierarchical: %.2f s; then %.0f%% of %.1f s there, %d re-probes\n",
+      after_s, 100 * share, settled_s, reprobes);
   EXPECT_LE(after_s, 10.0) << log;
+  EXPECT_GE(share, 0.7) << log;
+  // Budgeted: the first re-probe comes 8 s after the step up and each failed one doubles the wait.
+  EXPECT_LE(reprobes, 1 + int(settled_s / 16)) << log;
 
   // Parameters bit-identical across ranks after the live switches.
   std::regex hash_re("rank (\\d+): final .* params_hash (0x[0-9a-f]+)");

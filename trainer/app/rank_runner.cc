@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <set>
@@ -192,6 +193,10 @@ void RankRunner::applyPinning(PinMode mode) {
   std::string error;
   if (!pinner_->apply(mode, compute, comm, regions, error))
     log("pinning %s degraded: %s", std::string(pinModeName(mode)).c_str(), error.c_str());
+  else if (pinner_->lastMigrateError() != 0)
+    log("pinning %s: some of the process's other memory keeps its placement (mbind: %s); the "
+        "model's buffers are placed",
+        std::string(pinModeName(mode)).c_str(), std::strerror(pinner_->lastMigrateError()));
 }
 
 // Threads come and go (Gloo's device loop, BLAS workers): re-pin new ones and announce them.

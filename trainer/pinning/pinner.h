@@ -8,13 +8,16 @@
 //            r mod n when ranks outnumber PUs); the compute thread runs on the first of them and
 //            the communication threads on the others (on the same PU when there is no other).
 //   numa     rank r lives on NUMA node r*nodes/N: threads on the node's PUs, and the model buffers
-//            bound there (hwloc membind, existing pages migrated on a switch).
+//            bound there (hwloc membind, existing pages migrated on a switch); the process's
+//            other anonymous memory prefers the node and moves there, and so do the main
+//            thread's new allocations (both undone when the rank leaves numa).
 // A switch re-pins at a step boundary; plan() is pure, apply() touches the threads.
 #pragma once
 
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +53,10 @@ class Pinner {
   bool apply(PinMode mode, std::span<const pid_t> compute, std::span<const pid_t> comm,
              std::span<const MemoryRegion> regions, std::string& error);
 
+  // After a move into numa: errno of an mbind that failed on the process's other anonymous
+  // memory (0 when every mapping was placed).
+  int lastMigrateError() const { return last_migrate_error_; }
+
   int puCount() const { return int(pus_.size()); }
   int numaNodeCount() const { return numa_nodes_; }
   std::vector<int> allowedCpus() const { return pus_; }
@@ -61,6 +68,18 @@ class Pinner {
   int local_world_;
   std::vector<int> pus_;  // OS indices of allowed PUs in hwloc logical order
   int numa_nodes_ = 1;
+  int last_migrate_error_ = 0;
+  int anon_node_ = -1;  // the node the anonymous mappings prefer (-1: default policy)
+
+  struct SavedPolicy {
+    int mode = 0;
+    unsigned long nodes[1024 / (8 * sizeof(unsigned long))] = {};
+  };
+  std::optional<SavedPolicy> saved_policy_;  // the calling thread's policy before any apply()
+  bool thread_policy_set_ = false;
+
+  void placeAnonymousMemory(int node);  // node < 0: back to the default policy
+  void setThreadPolicy(int node);       // node < 0: back to the saved policy
 };
 
 // Thread ids of this process (/proc/self/task), ascending.
