@@ -1,6 +1,7 @@
 # The .deb: `cpack -G DEB` (or `cmake --build BUILD --target package`) in a build dir packs what
 # `cmake --install` installs, under prefix /usr: bpftrain-collector, bpftrain-top,
-# bpftrain-train, bpftrain-loadgen, the dashboards, /etc/bpftrain/collector.json (a conffile),
+# bpftrain-train, bpftrain-loadgen, the NCCL plugins (libnccl-bpftrain.so and its two names), the
+# dashboards, /etc/bpftrain/collector.json (a conffile),
 # the README, the systemd unit and its service user. Depends are computed by dpkg-shlibdeps.
 # CPACK_SET_DESTDIR: the install runs with prefix /usr into a staging DESTDIR, so the unit that
 # collector/app writes at install time names /usr/bin and /etc, not the staging dir.
@@ -16,7 +17,8 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
 set(CPACK_PACKAGE_DESCRIPTION
     "bpftrain-collector merges kernel signals (BPF probes: migrations, NUMA, TLB, transport queue)\n\
 with the metrics training ranks stream over UDP or StatsD, exports them to Prometheus and steers\n\
-the trainer's allreduce topology and pinning. bpftrain-top is a live terminal view of one job.")
+the trainer's allreduce topology and pinning. bpftrain-top is a live terminal view of one job.\n\
+libnccl-bpftrain.so is NCCL's tuner and profiler plugin (NCCL_TUNER_PLUGIN=bpftrain).")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_INSTALL_PREFIX /usr)  # with CPACK_SET_DESTDIR the install prefix comes from here
 set(CPACK_SET_DESTDIR ON)

@@ -33,6 +33,9 @@ for f in /usr/bin/bpftrain-collector /usr/bin/bpftrain-top /usr/bin/bpftrain-loa
   grep -qx "$f" "$tmp/files" || fail "$f is not in the package"
 done
 grep -q '^/usr/share/bpftrain/dashboards/grafana/.*\.json$' "$tmp/files" || fail "no Grafana dashboard in the package"
+for lib in libnccl-bpftrain.so libnccl-tuner-bpftrain.so libnccl-profiler-bpftrain.so; do
+  grep -Eq "^/usr/lib/(.*/)?$lib\$" "$tmp/files" || fail "NCCL plugin $lib is not in the package"
+done
 if grep -E '_CPack_Packages|/usr/local/' "$tmp/files"; then fail "staging or /usr/local paths in the package"; fi
 dpkg-deb -e "$deb" "$tmp/control"
 grep -qx /etc/bpftrain/collector.json "$tmp/control/conffiles" || fail "collector.json is not a conffile"
