@@ -49,46 +49,49 @@ class RdmaGuestTest : public ::testing::Test {
     config.window = 600s;  // nothing leaves the window during a test
     config.step = 1s;
     store_ = window::SeriesStore::create(config);
+  }
+
+  // A service (probe `probe` up) that has taken its baseline; ~8 s under TCG (every BPF object).
+  void start(const ProbeOptions& options, const std::string& probe) {
     std::string error;
-    service_ = ProbeService::create(ProbeOptions{}, *store_, 0, error);
+    service_ = ProbeService::create(options, *store_, 0, error);
     ASSERT_NE(service_, nullptr) << error;
-    for (const auto& s : service_->status())
-      if (s.name == "rdma_port_counters") {
-        ASSERT_TRUE(s.up) << s.reason;
-      }
-    poll();  // the baseline
+    bool found = false;
+    for (const auto& s : service_->status()) {
+      if (s.name != probe) continue;
+      found = true;
+      ASSERT_TRUE(s.up) << probe << ": " << s.reason;
+    }
+    ASSERT_TRUE(found) << "no probe " << probe;
+    poll();  // the baseline; attaches the targets' uprobes
   }
 
   void poll() { service_->poll(registry_, monotonicNowNs()); }
 
-  // What `file` of rxe DEVICE port 1 counted since the baseline.
-  double counted(const std::string& metric, const std::string& device) {
-    for (const auto& s : store_->snapshot(monotonicNowNs())) {
+  // The series of `metric` with exactly `want` as labels; name empty when there is none.
+  window::SeriesSnapshot series(const std::string& metric,
+                                const std::map<std::string, std::string>& want) {
+    for (auto& s : store_->snapshot(monotonicNowNs())) {
       if (s.name != metric) continue;
-      std::map<std::string, std::string> labels(s.labels.begin(), s.labels.end());
-      if (labels == std::map<std::string, std::string>{{"device", device}, {"port", "1"}})
-        return s.total;
+      if (std::map<std::string, std::string>(s.labels.begin(), s.labels.end()) == want) return s;
     }
-    return -1;  // no such series
+    return {};
+  }
+  // What a counter of rxe DEVICE port 1 counted since the baseline; -1 without the series.
+  double counted(const std::string& metric, const std::string& device) {
+    auto s = series(metric, {{"device", device}, {"port", "1"}});
+    return s.name.empty() ? -1 : s.total;
+  }
+  // A quiet interval (a measurement, not a wait for a condition).
+  static void quietSecond() {
+    const auto until = std::chrono::steady_clock::now() + 1s;
+    while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100ms);
   }
 
   std::unique_ptr<window::SeriesStore> store_;
   ingest::SenderRegistry registry_;
   std::unique_ptr<ProbeService> service_;
 };
-
-// Without traffic the packet counters stay where they are; every rxe counter has its metric.
-TEST_F(RdmaGuestTest, CountersStayFlatWithoutTraffic) {
-  const auto until = std::chrono::steady_clock::now() + 1s;  // a quiet interval, not a wait
-  while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100ms);
-  poll();
-  for (const char* device : {"rxe0", "rxe1"}) {
-    EXPECT_EQ(counted("bpftrain_rdma_port_sent_pkts", device), 0) << device;
-    EXPECT_EQ(counted("bpftrain_rdma_port_rcvd_pkts", device), 0) << device;
-  }
-  for (const auto& s : store_->snapshot(monotonicNowNs()))
-    EXPECT_NE(s.name, "bpftrain_rdma_port_other") << "an rxe counter without its own metric";
-}
 
 // bpftrain-train --transport ibverbs, rank 0 on rxe0 and rank 1 on rxe1 (GID index 1, IPv4),
 // with live topology switches halving-doubling -> bcube -> halving-doubling -> bcube (seed 27
@@ -99,6 +102,17 @@ TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
   if (access(train, X_OK) != 0)
     BPFTRAIN_SKIP_OR_FAIL_UNDER_CI(
         "bpftrain-train is not in the guest (configure with the trainer)");
+  start(ProbeOptions{}, "rdma_port_counters");
+  // Without traffic the packet counters stay where they are; every rxe counter has its metric.
+  quietSecond();
+  poll();
+  for (const char* device : {"rxe0", "rxe1"}) {
+    EXPECT_EQ(counted("bpftrain_rdma_port_sent_pkts", device), 0) << device;
+    EXPECT_EQ(counted("bpftrain_rdma_port_rcvd_pkts", device), 0) << device;
+  }
+  for (const auto& s : store_->snapshot(monotonicNowNs()))
+    EXPECT_NE(s.name, "bpftrain_rdma_port_other") << "an rxe counter without its own metric";
+
   char store_dir[] = "/tmp/rdma-store-XXXXXX";
   ASSERT_NE(mkdtemp(store_dir), nullptr);
   const std::string log = std::string(store_dir) + ".log";
@@ -185,10 +199,110 @@ TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
   }
   // ... and stop with it.
   const double sent = counted("bpftrain_rdma_port_sent_pkts", "rxe0");
-  const auto until = std::chrono::steady_clock::now() + 1s;  // a quiet interval, not a wait
-  while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100ms);
+  quietSecond();
   poll();
   EXPECT_EQ(counted("bpftrain_rdma_port_sent_pkts", "rxe0"), sent);
+}
+
+// Known answer for rdma_verbs: bpftrain-rdma-posts rank 0 posts exactly kWrites RDMA writes of
+// 4 KiB (Pair::send, each completed before the next) to rank 1 on the other rxe device. The
+// probe, attached to both ranks after they connected and before they post, counts kWrites posted
+// and completed writes on rank 0 and none on rank 1, kWrites immediates received on rank 1, the
+// bytes, one latency sample per write (none unmatched) and at most one write outstanding.
+TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
+  constexpr int kWrites = 200;
+  const char* posts = "/bin/bpftrain-rdma-posts";
+  if (access(posts, X_OK) != 0)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
+  char store_dir[] = "/tmp/rdma-posts-XXXXXX";
+  ASSERT_NE(mkdtemp(store_dir), nullptr);
+  const std::string dir = store_dir;
+  pid_t pids[2] = {-1, -1};
+  std::string logs[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    logs[rank] = dir + ".rank" + std::to_string(rank);
+    std::vector<std::string> args = {posts, std::to_string(rank), dir, "rxe" + std::to_string(rank),
+                                     std::to_string(kWrites)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 1, logs[rank].c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&files, 1, 2);
+    ASSERT_EQ(posix_spawn(&pids[rank], posts, &files, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&files);
+  }
+  auto finish = [&] {
+    for (pid_t& pid : pids)
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        pid = -1;
+      }
+    std::filesystem::remove_all(dir);
+  };
+  // Both connected (and waiting for the go) before the probe attaches to them.
+  const auto ready_by = std::chrono::steady_clock::now() + 90s;
+  while ((readAll(logs[0]).find("ready") == std::string::npos ||
+          readAll(logs[1]).find("ready") == std::string::npos) &&
+         std::chrono::steady_clock::now() < ready_by)
+    std::this_thread::sleep_for(50ms);
+  if (readAll(logs[1]).find("ready") == std::string::npos ||
+      readAll(logs[0]).find("ready") == std::string::npos) {
+    const std::string out = readAll(logs[0]) + readAll(logs[1]);
+    finish();
+    FAIL() << "the ranks did not connect within 90 s:\n" << out;
+  }
+  ProbeOptions options;
+  options.pids = {pids[0], pids[1]};  // job "manual", ranks 0 and 1
+  start(options, "rdma_verbs");
+  std::ofstream(dir + "/go") << "go\n";
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  int status[2] = {0, 0};
+  for (int rank = 0; rank < 2; ++rank) {
+    while (waitpid(pids[rank], &status[rank], WNOHANG) == 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(50ms);
+    if (std::chrono::steady_clock::now() < deadline) pids[rank] = -1;
+  }
+  poll();
+  const std::string out = readAll(logs[0]) + readAll(logs[1]);
+  const bool exited = pids[0] < 0 && pids[1] < 0;
+  finish();
+  for (const auto& log : logs) std::filesystem::remove(log);
+  ASSERT_TRUE(exited) << "bpftrain-rdma-posts did not finish within 120 s:\n" << out;
+  for (int rank = 0; rank < 2; ++rank)
+    ASSERT_TRUE(WIFEXITED(status[rank]) && WEXITSTATUS(status[rank]) == 0)
+        << "rank " << rank << " status " << status[rank] << "\n"
+        << out;
+  auto total = [&](const std::string& metric, const std::string& rank, const std::string& op) {
+    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}};
+    if (!op.empty()) want["op"] = op;
+    auto s = series(metric, want);
+    return s.name.empty() ? -1.0 : s.total;
+  };
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "0", "write"), kWrites) << out;
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "write"), kWrites);
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "1", "write"), 0);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "write"), 0);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "recv"), kWrites);
+  // Rank 1 announced its buffer to rank 0 once: one send posted and completed there.
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "1", "send"), 1);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "send"), 1);
+  EXPECT_EQ(total("bpftrain_rdma_bytes", "0", ""), kWrites * 4096.0);
+  EXPECT_EQ(total("bpftrain_rdma_unmatched_completions", "0", ""), 0);
+  auto latency = series("bpftrain_rdma_completion_seconds", {{"job", "manual"}, {"rank", "0"}});
+  EXPECT_EQ(latency.count, uint64_t(kWrites));
+  EXPECT_GT(latency.min, 0);
+  EXPECT_LT(latency.max, 1.0);
+  auto depth =
+      series("bpftrain_rdma_outstanding_work_requests", {{"job", "manual"}, {"rank", "0"}});
+  EXPECT_EQ(depth.count, uint64_t(2 * kWrites));  // one sample at each post and completion
+  EXPECT_EQ(depth.max, 1);                        // each write waited for before the next
+  std::printf("rdma_verbs: %d writes, completion p50 %.6f s max %.6f s\n", kWrites,
+              latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second, latency.max);
 }
 
 }  // namespace

@@ -24,4 +24,5 @@ ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 ||
 NUMALAB_QUIET=1 "$src/tools/numalab" --build "$build" --fetch-only >/dev/null ||
   unavailable "cannot get Debian's 6.1 kernel package (apt-get download linux-image-6.1.0-N-amd64)"
 exec "$src/tools/numalab" --build "$build" --rxe --timeout "${NUMALAB_TEST_TIMEOUT:-400}" \
-  --add "$build/tests/numalab/numalab_rdma_test" -- numalab_rdma_test --gtest_color=no
+  --add "$build/tests/numalab/numalab_rdma_test" --add "$build/tests/numalab/bpftrain-rdma-posts" \
+  -- numalab_rdma_test --gtest_color=no
