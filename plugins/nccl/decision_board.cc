@@ -14,15 +14,17 @@ void DecisionBoard::publish(const Decision& d) {
       if (s.epoch.load(std::memory_order_relaxed) < target->epoch.load(std::memory_order_relaxed))
         target = &s;
   }
+  // Fence-free seqlock (no atomic_thread_fence, which TSan cannot check): the odd sequence is
+  // ordered before the field stores by their release, and a reader's acquire load of any new
+  // field value then sees the odd (or a later) sequence on its second look.
   uint32_t seq = target->seq.load(std::memory_order_relaxed);
   target->seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  target->epoch.store(d.epoch, std::memory_order_relaxed);
-  target->comm_id.store(d.comm_id, std::memory_order_relaxed);
-  target->start_call.store(d.start_call, std::memory_order_relaxed);
+  target->epoch.store(d.epoch, std::memory_order_release);
+  target->comm_id.store(d.comm_id, std::memory_order_release);
+  target->start_call.store(d.start_call, std::memory_order_release);
   target->packed.store(uint32_t(d.collective) | uint32_t(d.algorithm) << 8 |
                            uint32_t(d.protocol) << 16 | uint32_t(d.channels) << 24,
-                       std::memory_order_relaxed);
+                       std::memory_order_release);
   target->seq.store(seq + 2, std::memory_order_release);
   version_.fetch_add(1, std::memory_order_release);
 }
@@ -33,11 +35,10 @@ DecisionBoard::Read DecisionBoard::find(uint64_t comm_id, Decision& out) const {
     uint32_t before = s.seq.load(std::memory_order_acquire);
     if (before & 1) return Read::kTorn;
     Decision d;
-    d.epoch = s.epoch.load(std::memory_order_relaxed);
-    d.comm_id = s.comm_id.load(std::memory_order_relaxed);
-    d.start_call = s.start_call.load(std::memory_order_relaxed);
-    uint32_t packed = s.packed.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    d.epoch = s.epoch.load(std::memory_order_acquire);
+    d.comm_id = s.comm_id.load(std::memory_order_acquire);
+    d.start_call = s.start_call.load(std::memory_order_acquire);
+    uint32_t packed = s.packed.load(std::memory_order_acquire);
     if (s.seq.load(std::memory_order_relaxed) != before) return Read::kTorn;
     if (d.epoch == 0 || (d.comm_id != 0 && d.comm_id != comm_id)) continue;
     if (result == Read::kFound && d.epoch <= out.epoch) continue;
@@ -55,8 +56,7 @@ void DecisionBoard::clear() {
   for (Slot& s : slots_) {
     uint32_t seq = s.seq.load(std::memory_order_relaxed);
     s.seq.store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    s.epoch.store(0, std::memory_order_relaxed);
+    s.epoch.store(0, std::memory_order_release);
     s.seq.store(seq + 2, std::memory_order_release);
   }
   version_.fetch_add(1, std::memory_order_release);
