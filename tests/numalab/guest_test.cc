@@ -603,7 +603,7 @@ TEST_F(NumalabGuestTest, ControllerMovesAMisplacedRunToNumaAndRemoteFaultsFall) 
                                            "--collector",
                                            "127.0.0.1:" + std::to_string(udp),
                                            "--duration",
-                                           "45",
+                                           "36",
                                            "--steps",
                                            "100000000",
                                            "--eval-every",
