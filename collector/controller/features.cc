@@ -44,6 +44,43 @@ int rankOf(const SeriesSnapshot& s) {
   return (end != r->c_str() && *end == '\0' && v >= 0) ? int(v) : -1;
 }
 
+// What a port counter tells the controller (RdmaSignals); kNone for the rest (data, requests
+// by type, errors that are not the path's: constraint, access, length).
+enum class PortCounterUse { kNone, kPackets, kLoss, kCongestion, kRnr };
+PortCounterUse portCounterUse(std::string_view name) {
+  namespace m = metrics;
+  struct Entry {
+    const metrics::MetricDef* def;
+    PortCounterUse use;
+  };
+  static const Entry kUses[] = {
+      {&m::kRdmaPortXmitPackets, PortCounterUse::kPackets},
+      {&m::kRdmaPortRcvPackets, PortCounterUse::kPackets},
+      {&m::kRdmaPortSentPkts, PortCounterUse::kPackets},
+      {&m::kRdmaPortRcvdPkts, PortCounterUse::kPackets},
+      {&m::kRdmaPortOutOfSequence, PortCounterUse::kLoss},
+      {&m::kRdmaPortOutOfSeqRequest, PortCounterUse::kLoss},
+      {&m::kRdmaPortDuplicateRequest, PortCounterUse::kLoss},
+      {&m::kRdmaPortPacketSeqErr, PortCounterUse::kLoss},
+      {&m::kRdmaPortRcvdSeqErr, PortCounterUse::kLoss},
+      {&m::kRdmaPortImpliedNakSeqErr, PortCounterUse::kLoss},
+      {&m::kRdmaPortLocalAckTimeoutErr, PortCounterUse::kLoss},
+      {&m::kRdmaPortCompleterRetryErr, PortCounterUse::kLoss},
+      {&m::kRdmaPortRoceAdpRetrans, PortCounterUse::kLoss},
+      {&m::kRdmaPortNpEcnMarkedRocePackets, PortCounterUse::kCongestion},
+      {&m::kRdmaPortNpCnpSent, PortCounterUse::kCongestion},
+      {&m::kRdmaPortRpCnpHandled, PortCounterUse::kCongestion},
+      {&m::kRdmaPortOutOfBuffer, PortCounterUse::kRnr},
+      {&m::kRdmaPortRcvdRnrErr, PortCounterUse::kRnr},
+      {&m::kRdmaPortSendRnrErr, PortCounterUse::kRnr},
+      {&m::kRdmaPortRnrNakRetryErr, PortCounterUse::kRnr},
+  };
+  if (name.rfind("bpftrain_rdma_port_", 0) != 0) return PortCounterUse::kNone;
+  for (const Entry& e : kUses)
+    if (e.def->name == name) return e.use;
+  return PortCounterUse::kNone;
+}
+
 }  // namespace
 
 std::string_view linkName(Link l) { return l == Link::kSameHost ? "same_host" : "other_host"; }
@@ -177,6 +214,21 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
       f.page_migrations_per_s += perSecond(s);
     } else if (name == m::kTlbFlushes.name) {
       f.tlb_flushes_per_s += perSecond(s);
+    } else if (name == m::kRdmaOutstandingWorkRequests.name && fresh) {
+      f.rdma.seen = true;
+      f.rdma.outstanding_work_requests_p99 =
+          std::max(f.rdma.outstanding_work_requests_p99, quantile(s, 0.99));
+    } else if (name == m::kRdmaCompletionSeconds.name && fresh) {
+      f.rdma.seen = true;
+      f.rdma.completion_p50_s = std::max(f.rdma.completion_p50_s, quantile(s, 0.5));
+      f.rdma.completion_p99_s = std::max(f.rdma.completion_p99_s, quantile(s, 0.99));
+    } else if (PortCounterUse use = portCounterUse(name); use != PortCounterUse::kNone) {
+      f.rdma.seen = true;
+      const double r = perSecond(s);
+      if (use == PortCounterUse::kPackets) f.rdma.packets_per_s += r;
+      if (use == PortCounterUse::kLoss) f.rdma.loss_events_per_s += r;
+      if (use == PortCounterUse::kCongestion) f.rdma.congestion_marks_per_s += r;
+      if (use == PortCounterUse::kRnr) f.rdma.rnr_events_per_s += r;
     }
   }
 
@@ -271,6 +323,14 @@ nlohmann::json featuresJson(const Features& f) {
     }
     j["links"] = links;
   }
+  if (f.rdma.seen)
+    j["rdma"] = {{"outstanding_work_requests_p99", f.rdma.outstanding_work_requests_p99},
+                 {"completion_p50_s", f.rdma.completion_p50_s},
+                 {"completion_p99_s", f.rdma.completion_p99_s},
+                 {"packets_per_s", f.rdma.packets_per_s},
+                 {"loss_events_per_s", f.rdma.loss_events_per_s},
+                 {"congestion_marks_per_s", f.rdma.congestion_marks_per_s},
+                 {"rnr_events_per_s", f.rdma.rnr_events_per_s}};
   j["slowest_rank"] = f.slowest_rank;
   j["straggler_ratio"] = f.straggler_ratio;
   j["migrations_per_s"] = {{"cpu", f.migrations_per_s[0]},

@@ -41,6 +41,18 @@ struct LinkSignals {
   int worst_rank = -1;          // and its rank
 };
 
+struct RdmaSignals {
+  bool seen = false;  // any verbs-probe or port-counter series in the window
+  double outstanding_work_requests_p99 = 0;
+  double completion_p50_s = 0, completion_p99_s = 0;
+  double packets_per_s = 0;  // sent + received
+  double loss_events_per_s = 0;
+  double congestion_marks_per_s = 0;
+  double rnr_events_per_s = 0;
+  // Loss events per packet (0 without packets): comparable across link speeds.
+  double lossRatio() const { return packets_per_s > 0 ? loss_events_per_s / packets_per_s : 0; }
+};
+
 struct Features {
   std::string job;
   int64_t now_ns = 0;
@@ -83,6 +95,13 @@ struct Features {
   // of an older collector, or other transports), and then only the totals above exist.
   bool has_links = false;
   std::array<LinkSignals, kLinkCount> links{};
+
+  // RDMA (issue 11): the verbs probes per rank (work requests posted and not complete, post ->
+  // completion time, worst rank's quantiles) and the ports' counters per second (they carry no
+  // job label: a host's ports carry its jobs' traffic). Loss: out-of-sequence and duplicate
+  // packets, sequence-error NAKs, ACK timeouts, retries. Congestion marks: ECN-marked packets
+  // and CNPs. RNR: a receiver with no receive posted (out of buffer, RNR NAKs).
+  RdmaSignals rdma;
 
   // Stragglers: each rank's step-time median, and the slowest rank against the median rank.
   int slowest_rank = -1;

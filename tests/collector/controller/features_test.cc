@@ -76,6 +76,40 @@ TEST(Features, ExtractsEverySignalForTheJob) {
   EXPECT_DOUBLE_EQ(f.samples_per_s_window, 1000);
 }
 
+// RDMA: the verbs probes per rank (worst rank's quantiles) and the host's port counters (no job
+// label) by what they say about the path: packets, loss, congestion marks, receiver not ready.
+TEST(Features, RdmaSignalsFromVerbsProbesAndPortCounters) {
+  JobState j;
+  j.ranks = 2;
+  std::vector<SeriesSnapshot> s = snapshotsOf(j);
+  s.push_back(dist("bpftrain_rdma_completion_seconds", jr("j", 0), 40e-6, 90e-6));
+  s.push_back(dist("bpftrain_rdma_completion_seconds", jr("j", 1), 60e-6, 300e-6));
+  s.push_back(dist("bpftrain_rdma_outstanding_work_requests", jr("j", 1), 2, 8));
+  s.push_back(dist("bpftrain_rdma_completion_seconds", jr("other", 0), 1.0, 2.0));
+  const std::vector<std::pair<std::string, std::string>> port = {{"device", "mlx5_0"},
+                                                                 {"port", "1"}};
+  s.push_back(counter("bpftrain_rdma_port_xmit_packets", port, 1e6));
+  s.push_back(counter("bpftrain_rdma_port_rcv_packets", port, 1e6));
+  s.push_back(counter("bpftrain_rdma_port_out_of_sequence", port, 150));
+  s.push_back(counter("bpftrain_rdma_port_local_ack_timeout_err", port, 50));
+  s.push_back(counter("bpftrain_rdma_port_np_ecn_marked_roce_packets", port, 900));
+  s.push_back(counter("bpftrain_rdma_port_rp_cnp_handled", port, 100));
+  s.push_back(counter("bpftrain_rdma_port_out_of_buffer", port, 7));
+  s.push_back(counter("bpftrain_rdma_port_xmit_data", port, 5e8));  // data: no signal of its own
+  Features f = FeatureExtractor("j").update(s, 0);
+  ASSERT_TRUE(f.rdma.seen);
+  EXPECT_DOUBLE_EQ(f.rdma.completion_p50_s, 60e-6);
+  EXPECT_DOUBLE_EQ(f.rdma.completion_p99_s, 300e-6);
+  EXPECT_DOUBLE_EQ(f.rdma.outstanding_work_requests_p99, 8);
+  EXPECT_DOUBLE_EQ(f.rdma.packets_per_s, 2e6);
+  EXPECT_DOUBLE_EQ(f.rdma.loss_events_per_s, 200);
+  EXPECT_DOUBLE_EQ(f.rdma.lossRatio(), 1e-4);
+  EXPECT_DOUBLE_EQ(f.rdma.congestion_marks_per_s, 1000);
+  EXPECT_DOUBLE_EQ(f.rdma.rnr_events_per_s, 7);
+  EXPECT_TRUE(featuresJson(f).contains("rdma"));
+  EXPECT_FALSE(FeatureExtractor("j").update(snapshotsOf(j), 0).rdma.seen);
+}
+
 TEST(Features, NoStepsMeansNothingToDecide) {
   std::vector<SeriesSnapshot> s = {dist("bpftrain_step_seconds", jr("j", 0), 0.1, 0.1, 0)};
   Features f = extractFeatures(s, "j", 0, nullptr);
