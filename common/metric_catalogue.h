@@ -287,6 +287,13 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
   X(kNcclEventsDropped, "bpftrain_nccl_events_dropped", kCounter, "events", "job rank reason",    \
     "NCCL profiler plugin", "Profiler events not recorded: pool_full, ring_full, table_full, "    \
     "unknown_handle")                                                                              \
+  /* ---- rank discovery (collector/discovery/, --discover) ---- */                                \
+  X(kDiscoveryRanks, "bpftrain_discovery_ranks", kGauge, "ranks", "job", "discovery",              \
+    "Training ranks --discover found on this host, per job (from the launcher's environment)")     \
+  X(kDiscoveryJobsCapped, "bpftrain_discovery_jobs_capped", kCounter, "jobs", "", "discovery",     \
+    "Jobs --discover found but does not follow: --discover-max-jobs reached")                      \
+  X(kDiscoveryScanSeconds, "bpftrain_discovery_scan_seconds", kGauge, "seconds", "", "discovery",  \
+    "Time the last walk of /proc took (rank discovery runs one per collector step)")               \
   /* ---- controller ---- */                                                                      \
   X(kControllerDecisions, "bpftrain_controller_decisions", kCounter, "decisions",                  \
     "from to reason", "controller", "Every switch the controller made, and why")                 \

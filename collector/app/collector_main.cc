@@ -18,6 +18,7 @@
 #include "collector/app/log.h"
 #include "collector/app/self_metrics.h"
 #include "collector/controller/controller_service.h"
+#include "collector/discovery/rank_discovery.h"
 #include "collector/export/metrics_server.h"
 #include "collector/export/window_collectable.h"
 #include "collector/ingest/sender_registry.h"
@@ -41,17 +42,48 @@ struct StepListener {
   std::function<void(int64_t now_ns)> onStep;
 };
 
-int listProbes() {
+void printDiscovery(const CollectorConfig& cfg) {
+  if (cfg.discover)
+    std::printf("%-20s %-4s %s, at most %zu jobs\n", "rank discovery", "on",
+                "/proc/PID/environ of torchrun, mpirun, PMIx and srun ranks each step",
+                cfg.discover_max_jobs);
+  else
+    std::printf("%-20s %-4s %s\n", "rank discovery", "off",
+                "--discover finds torchrun, mpirun and srun ranks from their environment");
+}
+
+void logDiscovery(const std::vector<discovery::DiscoveryEvent>& events, size_t max_jobs) {
+  static bool capped_logged = false;
+  for (const auto& e : events) {
+    if (e.kind == discovery::DiscoveryEvent::kRankFound)
+      logf(LogLevel::kInfo, "discovery", "job %s rank %s found (%s, %zu process%s)", e.job.c_str(),
+           e.rank.c_str(), e.launcher.c_str(), e.processes, e.processes == 1 ? "" : "es");
+    else if (e.kind == discovery::DiscoveryEvent::kRankGone)
+      logf(LogLevel::kInfo, "discovery", "job %s rank %s gone: its processes exited", e.job.c_str(),
+           e.rank.c_str());
+    else if (!capped_logged) {  // once; bpftrain_discovery_jobs_capped_total counts every job
+      capped_logged = true;
+      logf(LogLevel::kWarn, "discovery",
+           "more than %zu jobs on this host: job %s (%s) and any later ones are not followed "
+           "(bpftrain_discovery_jobs_capped_total; raise --discover-max-jobs)",
+           max_jobs, e.job.c_str(), e.launcher.c_str());
+    }
+  }
+}
+
+int listProbes(const CollectorConfig& cfg) {
 #ifdef BPFTRAIN_HAVE_LOADER
   for (const auto& p : loader::ProbeService::listProbes()) {
     std::string what = loader::ProbeService::describe(p.name);
     std::printf("%-20s %-4s %s%s%s\n", p.name.c_str(), p.up ? "up" : "DOWN", what.c_str(),
                 p.up ? "" : "  -- ", p.reason.c_str());
   }
+  printDiscovery(cfg);
   return 0;
 #else
   std::printf(
       "this bpftrain-collector was built without BPF (configure reported why); no probes\n");
+  printDiscovery(cfg);
   return 0;
 #endif
 }
@@ -76,7 +108,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   setLogLevel(cfg.log_level);
-  if (cfg.list_probes) return listProbes();
+  if (cfg.list_probes) return listProbes(cfg);
   if (cfg.list_metrics) {
     std::fputs(metrics::markdownTable().c_str(), stdout);
     return 0;
@@ -150,6 +182,26 @@ int run(int argc, char** argv) {
                          }});
   }
 
+  // Rank discovery runs on this thread before the probes' step, so a rank found this step is
+  // traced from this step on; it writes its own metrics with the probe service's writer index.
+  std::unique_ptr<discovery::RankDiscovery> discovered;
+  std::function<void(std::vector<discovery::DiscoveredRank>)> onDiscovered;
+  if (cfg.discover) {
+    discovery::DiscoveryOptions dopt;
+    dopt.max_jobs = cfg.discover_max_jobs;
+    discovered = std::make_unique<discovery::RankDiscovery>(dopt, store.get(), cfg.ingest_threads);
+    listeners.push_back({"discovery", [&](int64_t now) {
+                           std::vector<discovery::DiscoveryEvent> events;
+                           if (discovered->scan(now, &events) && onDiscovered)
+                             onDiscovered(discovered->ranks());
+                           logDiscovery(events, cfg.discover_max_jobs);
+                         }});
+    logf(LogLevel::kInfo, "discovery",
+         "rank discovery on: torchrun, mpirun, PMIx and srun ranks from /proc/PID/environ every "
+         "step, at most %zu jobs",
+         cfg.discover_max_jobs);
+  }
+
 #ifdef BPFTRAIN_HAVE_LOADER
   std::unique_ptr<loader::ProbeService> probes;
   if (!cfg.no_bpf) {
@@ -170,6 +222,9 @@ int run(int argc, char** argv) {
           logf(LogLevel::kWarn, "bpf", "probe %s is down: %s", s.name.c_str(), s.reason.c_str());
       }
       listeners.push_back({"bpf", [&](int64_t now) { probes->poll(registry, now); }});
+      onDiscovered = [&](std::vector<discovery::DiscoveredRank> ranks) {
+        probes->setDiscovered(std::move(ranks));
+      };
     }
   }
 #else
@@ -179,6 +234,11 @@ int run(int argc, char** argv) {
          "(bpftrain_collector_feature_enabled{feature=\"bpf\"} = 0)");
   }
 #endif
+
+  if (discovered && !onDiscovered)
+    logf(LogLevel::kWarn, "discovery",
+         "without kernel probes --discover only counts the ranks it finds "
+         "(bpftrain_discovery_ranks); their kernel signals are not traced");
 
   // The forwarder runs its own thread, sending each step once it has ended.
   std::unique_ptr<upstream::UpstreamForwarder> forwarder;
@@ -298,6 +358,8 @@ int run(int argc, char** argv) {
     if (fresh.no_bpf != cfg.no_bpf || fresh.pids != cfg.pids || fresh.cgroups != cfg.cgroups ||
         fresh.all_processes != cfg.all_processes)
       note(restart, "bpf targets");
+    if (fresh.discover != cfg.discover || fresh.discover_max_jobs != cfg.discover_max_jobs)
+      note(restart, "discovery");
     if (fresh.control != cfg.control || fresh.policy != cfg.policy ||
         fresh.secret_path != cfg.secret_path || fresh.control_mode != cfg.control_mode ||
         fresh.trainer != cfg.trainer || fresh.job != cfg.job)

@@ -151,6 +151,21 @@ const std::map<std::string, Setting>& settings() {
           c.all_processes = v == "true";
           return {};
         }}},
+      {"discover",
+       {true, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          c.discover = v == "true";
+          return {};
+        }}},
+      {"discover_max_jobs",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          size_t n;
+          // Each rank takes one of the loader's 255 target slots.
+          if (!parseInt(v, n) || n < 1 || n > 255) return "expected a job count, 1..255" + got(v);
+          c.discover_max_jobs = n;
+          return {};
+        }}},
       {"list_probes",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -181,20 +196,25 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"ingest_threads",
        {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          int n;
-          if (!parseInt(v, n) || n < 1 || n > 64) return "expected 1..64" + got(v);
-          c.ingest_threads = n;
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           int n;
+                                                           if (!parseInt(v, n) || n < 1 || n > 64)
+                                                             return "expected 1..64" + got(v);
+                                                           c.ingest_threads = n;
+                                                           return {};
+                                                         }}},
       {"max_series",
        {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          size_t n;
-          if (!parseInt(v, n) || n < 1 || n > 10'000'000) return "expected 1..10000000" + got(v);
-          c.max_series = n;
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           size_t n;
+                                                           if (!parseInt(v, n) || n < 1 ||
+                                                               n > 10'000'000)
+                                                             return "expected 1..10000000" + got(v);
+                                                           c.max_series = n;
+                                                           return {};
+                                                         }}},
       {"rcvbuf",
        {false, false,
         [](CollectorConfig& c, const std::string& v)
@@ -456,6 +476,9 @@ const char* collectorUsage() {
          "  --upstream HOST:PORT   forward window summaries to a parent collector\n"
          "  --no-bpf               do not load BPF probes\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"
+         "  --discover             find training ranks (torchrun, mpirun, srun) from their "
+         "environment\n"
+         "  --discover-max-jobs N  jobs --discover follows at most (32); more are counted\n"
          "  --list-probes          show which probes attach on this machine, then exit\n"
          "  --list-metrics         print every metric bpftrain exports (a markdown table), then "
          "exit\n"

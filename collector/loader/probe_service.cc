@@ -71,12 +71,14 @@ struct Loaded {
 struct Slot {
   bool used = false;
   bool retired = false;  // its old target could not be removed from the maps: never reused
-  std::string key;       // identity: "s<sender>:<pid>", "p<pid>", "c<path>"
+  std::string key;       // identity: "s<sender>:<pid>", "p<pid>", "c<path>", "d<job>\n<rank>"
   std::string job, rank;
   std::string node;  // the host the target said it runs on (hello); empty when not said
   std::vector<uint32_t> tgids;
   uint64_t cgroup_id = 0;
   std::map<uint32_t, std::vector<LinkPtr>> target_links;  // per tgid (USDT)
+  // Discovered ranks' series: allowed to expire once the slot is released (the rank exited).
+  std::vector<SeriesId> series;
 };
 
 struct WantedTarget {
@@ -99,6 +101,10 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
 
   void init();
   void poll(const ingest::SenderRegistry& registry, int64_t now_ns) override;
+  void setDiscovered(std::vector<discovery::DiscoveredRank> ranks) override {
+    discovered_ = std::move(ranks);
+    discovered_changed_ = true;
+  }
   std::vector<ProbeStatus> status() const override;
 
  private:
@@ -114,6 +120,9 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
   void releaseSlot(size_t index);
   void publishTargets();
   void assignSlot(size_t index, const std::string& key, const WantedTarget& target);
+  void addTgid(size_t index, uint32_t tgid);
+  void removeTgid(size_t index, uint32_t tgid);
+  void retarget(size_t index, const WantedTarget& target);
   void dropTarget(const std::string& what, const Status& status);
 
   void readCounters(Loaded& loaded, int64_t now_ns);
@@ -152,6 +161,8 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
   std::vector<Slot> slots_ = std::vector<Slot>(BPFTRAIN_MAX_SLOTS);
   bool synced_once_ = false;
   uint64_t registry_version_ = 0;
+  std::vector<discovery::DiscoveredRank> discovered_;
+  bool discovered_changed_ = false;
   int64_t poll_now_ns_ = 0;
   std::vector<uint64_t> percpu_buffer_;
   uint64_t targets_dropped_ = 0, targets_dropped_reported_ = 0;
@@ -305,6 +316,16 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
       wanted["p" + std::to_string(options_.pids[i])] = WantedTarget{
           "manual", std::to_string(i), {static_cast<uint32_t>(options_.pids[i])}, 0, {}};
   }
+  for (const auto& rank : discovered_) {
+    // A discovered process that also says hello (bpftrain-train under torchrun) is the sender's.
+    WantedTarget target{rank.job, rank.rank, {}, 0, {}};
+    for (pid_t pid : rank.pids) {
+      bool known = false;
+      for (const auto& s : senders) known |= s.pid == pid;
+      if (!known && pid > 0) target.tgids.push_back(static_cast<uint32_t>(pid));
+    }
+    if (!target.tgids.empty()) wanted["d" + rank.job + "\n" + rank.rank] = std::move(target);
+  }
   for (size_t i = 0; i < options_.cgroups.size(); ++i) {
     struct stat st {};
     if (::stat(options_.cgroups[i].c_str(), &st) != 0) continue;  // reported once at create()
@@ -315,10 +336,14 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
   std::set<std::string> present;
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (!slots_[i].used) continue;
-    if (!wanted.count(slots_[i].key))
+    auto it = wanted.find(slots_[i].key);
+    if (it == wanted.end()) {
       releaseSlot(i);
-    else
-      present.insert(slots_[i].key);
+      continue;
+    }
+    present.insert(slots_[i].key);
+    // A discovered rank gains and loses processes (data loader workers) under the same slot.
+    if (it->second.tgids != slots_[i].tgids) retarget(i, it->second);
   }
   size_t next = 1;
   for (const auto& [key, target] : wanted) {
@@ -372,6 +397,7 @@ void ProbeServiceImpl::releaseSlot(size_t index) {
       clean = false;
     }
   slot.target_links.clear();
+  for (SeriesId id : slot.series) store_->setExpires(id, true);
   // Zero the slot's counters so that its next owner starts from nothing.
   for (auto& loaded : loaded_) {
     if (!loaded.object) continue;
@@ -404,25 +430,51 @@ void ProbeServiceImpl::assignSlot(size_t index, const std::string& key,
   slot.tgids = target.tgids;
   slot.cgroup_id = target.cgroup_id;
   const uint32_t value = static_cast<uint32_t>(index);
-  for (uint32_t tgid : slot.tgids) {
-    // A process announced by several senders counts under the first of them.
-    if (Status status = target_tgids_.insert(tgid, value, /*only_new=*/true);
-        !status.ok() && status.err() != EEXIST) {
-      dropTarget("pid " + std::to_string(tgid) + " not traced", status);
-      continue;
-    }
-    for (auto& loaded : loaded_) {
-      if (!loaded.object || !anyUp(loaded)) continue;
-      std::vector<LinkPtr> links;
-      if (Status status = loaded.object->attachTarget(tgid, links); !status.ok())
-        dropTarget("pid " + std::to_string(tgid) + " not traced by every probe", status);
-      for (auto& link : links) slot.target_links[tgid].push_back(std::move(link));
-    }
-  }
+  for (uint32_t tgid : slot.tgids) addTgid(index, tgid);
   if (slot.cgroup_id)
     if (Status status = target_cgroups_.insert(slot.cgroup_id, value, /*only_new=*/false);
         !status.ok())
       dropTarget("cgroup " + key.substr(1) + " not traced", status);
+}
+
+void ProbeServiceImpl::addTgid(size_t index, uint32_t tgid) {
+  Slot& slot = slots_[index];
+  // A process announced by several senders counts under the first of them.
+  if (Status status = target_tgids_.insert(tgid, static_cast<uint32_t>(index), /*only_new=*/true);
+      !status.ok() && status.err() != EEXIST) {
+    dropTarget("pid " + std::to_string(tgid) + " not traced", status);
+    return;
+  }
+  for (auto& loaded : loaded_) {
+    if (!loaded.object || !anyUp(loaded)) continue;
+    std::vector<LinkPtr> links;
+    if (Status status = loaded.object->attachTarget(tgid, links); !status.ok())
+      dropTarget("pid " + std::to_string(tgid) + " not traced by every probe", status);
+    for (auto& link : links) slot.target_links[tgid].push_back(std::move(link));
+  }
+}
+
+void ProbeServiceImpl::removeTgid(size_t index, uint32_t tgid) {
+  Slot& slot = slots_[index];
+  uint32_t owner = 0;
+  Status status = target_tgids_.lookup(tgid, owner);
+  if (status.ok() && owner == static_cast<uint32_t>(index)) status = target_tgids_.erase(tgid);
+  if (!status.ok() && status.err() != ENOENT)
+    dropTarget("pid " + std::to_string(tgid) + " may still count as " + slot.key, status);
+  slot.target_links.erase(tgid);
+}
+
+// The slot's processes change, its counters and series stay: what a leaving process counted
+// remains the rank's, and a process joining counts from now on.
+void ProbeServiceImpl::retarget(size_t index, const WantedTarget& target) {
+  Slot& slot = slots_[index];
+  for (uint32_t tgid : slot.tgids)
+    if (std::find(target.tgids.begin(), target.tgids.end(), tgid) == target.tgids.end())
+      removeTgid(index, tgid);
+  for (uint32_t tgid : target.tgids)
+    if (std::find(slot.tgids.begin(), slot.tgids.end(), tgid) == slot.tgids.end())
+      addTgid(index, tgid);
+  slot.tgids = target.tgids;
 }
 
 // ---- reading
@@ -443,7 +495,16 @@ SeriesId ProbeServiceImpl::series(uint32_t slot, const metrics::MetricDef& metri
   if (extra.size() > kMaxExtra) return window::kRejectedSeries;
   Label labels[2 + kMaxExtra] = {{"job", job}, {"rank", rank}};
   std::copy(extra.begin(), extra.end(), labels + 2);
-  return window::lookupMetric(*store_, metric, std::span<const Label>(labels, 2 + extra.size()));
+  const SeriesId id =
+      window::lookupMetric(*store_, metric, std::span<const Label>(labels, 2 + extra.size()));
+  if (!all && id != window::kRejectedSeries && slots_[slot].key.starts_with("d")) {
+    // A rank that exited and came back (a torchrun restart) finds its series again: kept while
+    // the slot holds it, released with the slot.
+    store_->setExpires(id, false);
+    std::vector<SeriesId>& held = slots_[slot].series;
+    if (std::find(held.begin(), held.end(), id) == held.end()) held.push_back(id);
+  }
+  return id;
 }
 
 SeriesId ProbeServiceImpl::probeSeries(const metrics::MetricDef& metric, std::string_view probe) {
@@ -533,10 +594,11 @@ void ProbeServiceImpl::poll(const ingest::SenderRegistry& registry, int64_t now_
   if (!store_) return;
   poll_now_ns_ = now_ns;
   const uint64_t version = registry.version();
-  if (!synced_once_ || version != registry_version_) {
+  if (!synced_once_ || version != registry_version_ || discovered_changed_) {
     syncTargets(registry.snapshot());
     registry_version_ = version;
     synced_once_ = true;
+    discovered_changed_ = false;
   }
   for (auto& loaded : loaded_) {
     if (!loaded.object) continue;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/discovery/discovered_rank.h"
 #include "collector/ingest/sender_registry.h"
 #include "collector/window/series_store.h"
 
@@ -45,6 +46,11 @@ class ProbeService {
   // Called once per window step from one thread: syncs targets from the registry (when its
   // version changed), reads the maps and records deltas into the store.
   virtual void poll(const ingest::SenderRegistry& registry, int64_t now_ns) = 0;
+  // The ranks --discover found (collector/discovery/): from the next poll() each has a slot
+  // labelled with its job and rank, as a hello-announced rank has; a process that is also a
+  // registered sender keeps the sender's labels. A rank no longer listed is released and its
+  // series may expire (--series-ttl). From the same thread as poll().
+  virtual void setDiscovered(std::vector<discovery::DiscoveredRank> ranks) = 0;
   virtual std::vector<ProbeStatus> status() const = 0;
 
   // For --list-probes: tries each probe on this machine and reports, then detaches everything.

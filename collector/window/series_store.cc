@@ -82,7 +82,7 @@ struct Series {
   // writer's feet. Samples count through the shards' last_ns.
   std::atomic<bool> touched{false};
   int64_t active_ns = std::numeric_limits<int64_t>::min();  // the expiry scan's only
-  bool expires = true;                                      // config.keep said no otherwise
+  std::atomic<bool> expires{true};  // config.keep said no otherwise, or setExpires()
 };
 
 uint64_t fnv1a(uint64_t h, std::string_view s) {
@@ -226,6 +226,12 @@ class ShardedSeriesStore final : public SeriesStore {
   uint64_t expiredSeries() const override { return expired_.load(std::memory_order_relaxed); }
   uint64_t expiryEpoch() const override { return epoch_.load(std::memory_order_acquire); }
 
+  void setExpires(SeriesId id, bool expires) override {
+    if (id >= id_space_) return;
+    std::shared_lock retire(retire_mutex_);
+    if (Series* s = seriesAt(id)) s->expires.store(expires, std::memory_order_relaxed);
+  }
+
   size_t expireIdle(int64_t now_ns) override {
     const int64_t ttl = config_.series_ttl.count();
     if (ttl <= 0) return 0;
@@ -246,7 +252,7 @@ class ShardedSeriesStore final : public SeriesStore {
     const uint32_t n = high_water_.load(std::memory_order_acquire);
     for (uint32_t id = 0; id < n; ++id) {
       Series* s = seriesAt(id);
-      if (!s || !s->expires) continue;
+      if (!s || !s->expires.load(std::memory_order_relaxed)) continue;
       if (s->touched.exchange(false, std::memory_order_acq_rel)) s->active_ns = now_ns;
       int64_t last = s->active_ns;
       for (int w = 0; w < writers_; ++w) {

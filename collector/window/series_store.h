@@ -123,6 +123,12 @@ class SeriesStore {
     (void)now_ns;
     return 0;
   }
+  // Overrides config.keep for one series: a writer that has stopped caching its id (a discovered
+  // rank that exited) lets it expire; one that caches it again keeps it. No-op without expiry.
+  virtual void setExpires(SeriesId id, bool expires) {
+    (void)id;
+    (void)expires;
+  }
   virtual uint64_t expiryEpoch() const { return 0; }    // bumped by each expireIdle() that removed
   virtual uint64_t expiredSeries() const { return 0; }  // removed since creation
   virtual uint64_t rejectedSeries() const = 0;
