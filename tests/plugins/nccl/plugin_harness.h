@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -160,10 +161,11 @@ inline std::pair<int, int> tunerCall(const abi::ncclTuner_v5_t* t, void* ctx, Ta
 // The collector's end of the plugin's socket.
 class FakeCollector {
  public:
-  FakeCollector() {
+  explicit FakeCollector(uint16_t port = 0) {
     fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
+    a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
     socklen_t len = sizeof a;
