@@ -94,8 +94,9 @@ class RdmaGuestTest : public ::testing::Test {
 };
 
 // bpftrain-train --transport ibverbs, rank 0 on rxe0 and rank 1 on rxe1 (GID index 1, IPv4),
-// with live topology switches halving-doubling -> bcube -> halving-doubling -> bcube (seed 27
-// draws those at steps 100, 200, 300; ring and hierarchical are never drawn over ibverbs): test
+// with live topology switches halving-doubling -> bcube -> halving-doubling (seed 27 draws those
+// at steps 100 and 200; ring and hierarchical are never drawn over ibverbs), 300 steps at lr 0.1
+// (0.9582 on the host with TCP, the same arithmetic: two ranks sum a + b either way): test
 // accuracy >= 0.95, the same parameters on both ranks, and the ports' counters move with it.
 TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
   const char* train = "/bin/bpftrain-train";
@@ -132,7 +133,9 @@ TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
                                    "--switch-seed",
                                    "27",
                                    "--steps",
-                                   "400",
+                                   "300",
+                                   "--lr",
+                                   "0.1",
                                    "--eval-every",
                                    "200",
                                    "--collector",
@@ -174,7 +177,7 @@ TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
   std::map<std::string, std::string> hashes;
   double accuracy = -1;
   const std::regex final_line(
-      R"(rank (\d+): final step 400 loss \S+ test_accuracy (\S+) .* params_hash (0x[0-9a-f]+))");
+      R"(rank (\d+): final step 300 loss \S+ test_accuracy (\S+) .* params_hash (0x[0-9a-f]+))");
   for (auto it = std::sregex_iterator(out.begin(), out.end(), final_line);
        it != std::sregex_iterator(); ++it) {
     hashes[(*it)[1]] = (*it)[3];
@@ -184,8 +187,7 @@ TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
   EXPECT_EQ(hashes["0"], hashes["1"]) << "parameters differ across ranks:\n" << out;
   EXPECT_GE(accuracy, 0.95) << out;
   for (const char* rank : {"0", "1"}) {
-    for (const char* at :
-         {"101: topology bcube", "201: topology halving-doubling", "301: topology bcube"})
+    for (const char* at : {"101: topology bcube", "201: topology halving-doubling"})
       EXPECT_NE(out.find(std::string("rank ") + rank + ": applied epoch " +
                          std::to_string(at[0] - '0') + " at step " + at),
                 std::string::npos)
@@ -194,8 +196,8 @@ TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
   }
   // Each step's allreduce is at least one message each way on each device.
   for (const char* device : {"rxe0", "rxe1"}) {
-    EXPECT_GE(counted("bpftrain_rdma_port_sent_pkts", device), 400) << device;
-    EXPECT_GE(counted("bpftrain_rdma_port_rcvd_pkts", device), 400) << device;
+    EXPECT_GE(counted("bpftrain_rdma_port_sent_pkts", device), 300) << device;
+    EXPECT_GE(counted("bpftrain_rdma_port_rcvd_pkts", device), 300) << device;
   }
   // ... and stop with it.
   const double sent = counted("bpftrain_rdma_port_sent_pkts", "rxe0");
