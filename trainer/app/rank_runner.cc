@@ -37,6 +37,14 @@
 namespace bpftrain::trainer::app {
 namespace {
 
+// Bit t set: Topology t runs over `transport` (ibverbs: not the unbound-buffer ones).
+uint32_t runnableTopologies(const std::string& transport) {
+  uint32_t topologies = 0;
+  for (size_t t = 0; t < kTopologyCount; ++t)
+    if (collective::topologyUnsupported(Topology(t), transport).empty()) topologies |= 1u << t;
+  return topologies;
+}
+
 // Which ranks share a host, from hostnames exchanged through the rendezvous store: node index per
 // rank (in order of first appearance). Used when no launcher or --node-of said so.
 std::vector<int> nodesFromHostnames(const Options& o, const std::string& prefix) {
@@ -78,13 +86,8 @@ class RunHooks {
       : delivery_(control::kDeliveryNames.parse(o.sync).value_or(control::Delivery::kAuto)),
         overhead_ab_(uint64_t(std::max(o.overhead_ab, 0))),
         start_step_(start_step) {
-    if (o.switch_every > 0) {
-      uint32_t topologies = 0;  // those the transport runs
-      for (size_t t = 0; t < kTopologyCount; ++t)
-        if (collective::topologyUnsupported(Topology(t), o.transport).empty())
-          topologies |= 1u << t;
-      draws_.emplace(o.switch_every, o.switch_seed, topologies);
-    }
+    if (o.switch_every > 0)
+      draws_.emplace(o.switch_every, o.switch_seed, runnableTopologies(o.transport));
     if (overhead_ab_ > 0) {
       on_.reserve(o.steps);
       off_.reserve(o.steps);
@@ -331,6 +334,12 @@ void RankRunner::startControl() {
         },
         [this](uint64_t rejected) {
           if (emitter_) emitter_->addCounter(MetricId::kControlRejected, double(rejected));
+        },
+        runnableTopologies(o_.transport),
+        [this](const control::Decision& d) {
+          log("decision epoch %" PRIu64 " refused: %s; the job keeps topology %s", d.config.epoch,
+              collective::topologyUnsupported(d.config.topology, o_.transport).c_str(),
+              std::string(topologyName(config().topology)).c_str());
         });
     sync_->addSource(*decisions_);
   }

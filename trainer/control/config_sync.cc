@@ -83,11 +83,14 @@ std::optional<SyncWord> decodeSyncWord(std::span<const uint8_t, kSyncWordBytes> 
 
 ReceiverSource::ReceiverSource(ControlReceiver& receiver, const Verifier& verifier,
                                std::function<void(const Decision&)> on_accepted,
-                               std::function<void(uint64_t)> on_rejected)
+                               std::function<void(uint64_t)> on_rejected, uint32_t topologies,
+                               std::function<void(const Decision&)> on_unsupported)
     : receiver_(receiver),
       verifier_(verifier),
       on_accepted_(std::move(on_accepted)),
-      on_rejected_(std::move(on_rejected)) {}
+      on_rejected_(std::move(on_rejected)),
+      topologies_(topologies),
+      on_unsupported_(std::move(on_unsupported)) {}
 
 std::optional<Decision> ReceiverSource::poll(uint64_t, uint64_t) {
   const uint64_t rejected_before = verifier_.rejectedTotal();
@@ -96,6 +99,11 @@ std::optional<Decision> ReceiverSource::poll(uint64_t, uint64_t) {
   if (on_rejected_ && verifier_.rejectedTotal() != rejected_before)
     on_rejected_(verifier_.rejectedTotal() - rejected_before);
   if (!got) return std::nullopt;
+  if (!(topologies_ >> size_t(d.config.topology) & 1)) {
+    if (on_rejected_) on_rejected_(1);
+    if (on_unsupported_) on_unsupported_(d);
+    return std::nullopt;
+  }
   if (on_accepted_) on_accepted_(d);
   return d;
 }

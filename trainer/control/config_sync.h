@@ -79,11 +79,16 @@ class DecisionSource {
 
 // The controller's verified decisions from rank 0's control socket. The callbacks see each
 // accepted decision and the rejections counted during a poll (for a log line and a metric).
+// `topologies` (bit t: Topology t runs here) refuses a verified decision for a topology the
+// transport cannot run (ibverbs: the unbound-buffer ones), which would end the job at its first
+// allreduce: it counts as rejected and goes to on_unsupported (once per decision: the
+// controller's re-sends of it are replays), and the job keeps its configuration.
 class ReceiverSource final : public DecisionSource {
  public:
   ReceiverSource(ControlReceiver& receiver, const Verifier& verifier,
                  std::function<void(const Decision&)> on_accepted = {},
-                 std::function<void(uint64_t rejected)> on_rejected = {});
+                 std::function<void(uint64_t rejected)> on_rejected = {}, uint32_t topologies = ~0u,
+                 std::function<void(const Decision&)> on_unsupported = {});
   std::optional<Decision> poll(uint64_t step, uint64_t newest_epoch) override;
 
  private:
@@ -91,6 +96,8 @@ class ReceiverSource final : public DecisionSource {
   const Verifier& verifier_;
   std::function<void(const Decision&)> on_accepted_;
   std::function<void(uint64_t)> on_rejected_;
+  uint32_t topologies_;
+  std::function<void(const Decision&)> on_unsupported_;
 };
 
 // Test and benchmark hook (--switch-every K --switch-seed S): a topology and pinning drawn from

@@ -326,10 +326,11 @@ TEST(RulesPolicy, DwellAndCooldownAreRespected) {
   EXPECT_EQ(sw.back().to.topology, Topology::kRing);
 }
 
-// Pinning is an A/B trial: a move that neither speeds the job up nor calms its signal is undone
-// and not retried for pin_retry_after; one that helps stays. Steps where migrations are high on
-// an unpinned job; `effect` says what pinning does to throughput and to the migrations.
-std::vector<Decision> pinTrial(double seconds, double throughput_factor, double migration_factor) {
+// Drives the policy on clear links, one step per 500 ms, with `extra` adding the series (and
+// changing the job's state) as the current pinning makes them; decisions apply at once.
+std::vector<Decision> pinRun(
+    double seconds,
+    const std::function<void(std::vector<SeriesSnapshot>&, JobState&, const Arm&)>& extra) {
   RulesPolicy p;
   Arm cur;
   FeatureExtractor ex("j");
@@ -337,18 +338,29 @@ std::vector<Decision> pinTrial(double seconds, double throughput_factor, double 
   for (int64_t ns = 0; ns <= int64_t(seconds * 1e9); ns += kStepNs) {
     JobState j = clear();
     j.pinning = int(cur.pinning);
-    const bool pinned = cur.pinning != PinMode::kNone;
-    if (pinned) j.samples_per_s_per_rank *= throughput_factor;
-    std::vector<SeriesSnapshot> s = snapshotsOf(j);
-    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}},
-                        pinned ? 300 * migration_factor : 300));
-    Decision d = p.decide(ex.update(s, ns), cur, ns);
+    std::vector<SeriesSnapshot> s;
+    extra(s, j, cur);
+    std::vector<SeriesSnapshot> all = snapshotsOf(j);
+    all.insert(all.end(), s.begin(), s.end());
+    Decision d = p.decide(ex.update(all, ns), cur, ns);
     if (d.change) {
       ds.push_back(d);
       cur = d.to;
     }
   }
   return ds;
+}
+
+// Pinning is an A/B trial: a move that neither speeds the job up nor calms its signal is undone
+// and not retried for pin_retry_after; one that helps stays. Migrations are high on an unpinned
+// job; the factors say what pinning does to throughput and to the migrations.
+std::vector<Decision> pinTrial(double seconds, double throughput_factor, double migration_factor) {
+  return pinRun(seconds, [&](std::vector<SeriesSnapshot>& s, JobState& j, const Arm& cur) {
+    const bool pinned = cur.pinning != PinMode::kNone;
+    if (pinned) j.samples_per_s_per_rank *= throughput_factor;
+    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}},
+                        pinned ? 300 * migration_factor : 300));
+  });
 }
 
 TEST(RulesPolicy, PinningThatDoesNotHelpIsUndoneAndNotRetried) {
@@ -419,15 +431,8 @@ TEST(RulesPolicy, PinsFromMigrationAndCrossNodeSignals) {
 // events, remote faults included, so one that brings the memory home is kept even when
 // throughput stays flat; one that leaves the faults remote is undone.
 std::vector<Decision> misplacedMemory(double seconds, double remote_factor_pinned) {
-  RulesPolicy p;
-  Arm cur;
-  FeatureExtractor ex("j");
-  std::vector<Decision> ds;
-  for (int64_t ns = 0; ns <= int64_t(seconds * 1e9); ns += kStepNs) {
-    JobState j = clear();
-    j.pinning = int(cur.pinning);
+  return pinRun(seconds, [&](std::vector<SeriesSnapshot>& s, JobState&, const Arm& cur) {
     const bool numa = cur.pinning == PinMode::kNuma;
-    std::vector<SeriesSnapshot> s = snapshotsOf(j);
     for (int r = 0; r < 2; ++r) {
       auto l = jr("j", r);
       l.push_back({"locality", "remote"});
@@ -435,13 +440,7 @@ std::vector<Decision> misplacedMemory(double seconds, double remote_factor_pinne
       l.back().second = "local";
       s.push_back(counter("bpftrain_numa_hint_faults", l, numa ? 400 : 100));
     }
-    Decision d = p.decide(ex.update(s, ns), cur, ns);
-    if (d.change) {
-      ds.push_back(d);
-      cur = d.to;
-    }
-  }
-  return ds;
+  });
 }
 
 TEST(RulesPolicy, MisplacedMemoryPinsNumaAndKeepsItWhenRemoteFaultsFall) {

@@ -548,6 +548,57 @@ TEST(ReceiverSource, TakesVerifiedDecisionsFromTheControlSocket) {
   close(fd);
 }
 
+// Over ibverbs a verified decision for a topology written on unbound buffers would end the job at
+// its first allreduce: rank 0 refuses it (counted, reported once), the job keeps its
+// configuration, and the controller's next decision for a topology that runs is applied.
+TEST(ReceiverSource, RefusesATopologyTheTransportCannotRun) {
+  const std::string secret = "config-sync-test-secret";
+  Verifier verifier("job", secret, 0);
+  ControlReceiver receiver("127.0.0.1:0", verifier);
+  uint64_t rejected = 0;
+  std::vector<Decision> unsupported;
+  const uint32_t bound =
+      1u << uint32_t(Topology::kHalvingDoubling) | 1u << uint32_t(Topology::kBcube);
+  ReceiverSource source(
+      receiver, verifier, {}, [&](uint64_t n) { rejected += n; }, bound,
+      [&](const Decision& d) { unsupported.push_back(d); });
+  World w(2, adaptive());
+  w.rank(0).addSource(source);
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(receiver.port());
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  auto send = [&](const std::vector<uint8_t>& d) {
+    ASSERT_EQ(sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+              ssize_t(d.size()));
+  };
+  uint64_t s = 0;
+  auto stepUntil = [&](auto done) {
+    const auto deadline = Clock::now() + 10s;
+    while (!done() && Clock::now() < deadline) w.step(s++, Clock::now());
+    return done();
+  };
+  const auto ring = testing::signedDecision("job", 1, Topology::kRing, PinMode::kCompact, secret);
+  send(ring);
+  ASSERT_TRUE(stepUntil([&] { return unsupported.size() == 1; }));
+  send(ring);  // the controller re-sends until it sees the epoch applied: a replay now
+  ASSERT_TRUE(stepUntil([&] { return verifier.rejected(Reject::kReplay) == 1; }));
+  for (const uint64_t end = s + 5; s < end;) w.step(s++, Clock::now());
+  EXPECT_EQ(unsupported.size(), 1u);
+  EXPECT_EQ(unsupported[0].config.topology, Topology::kRing);
+  EXPECT_EQ(rejected, 2u);
+  EXPECT_TRUE(w.applied(0).empty());
+  EXPECT_EQ(w.rank(1).config().topology, Topology::kRing);  // the initial configuration
+
+  send(testing::signedDecision("job", 2, Topology::kBcube, PinMode::kNone, secret));
+  ASSERT_TRUE(stepUntil([&] { return w.applied(1).count(2) == 1; }));
+  EXPECT_EQ(w.rank(1).config(), (ConfigWord{2, Topology::kBcube, PinMode::kNone}));
+  w.expectRanksAgree();
+  close(fd);
+}
+
 // Over ibverbs the transport runs halving-doubling and bcube only: draws never name another.
 TEST(SwitchDraws, DrawOnlyTheTopologiesTheTransportRuns) {
   const uint32_t bound =
