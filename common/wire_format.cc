@@ -69,6 +69,8 @@ MetricInfo metricInfo(MetricId id) {
       return {metrics::kStep.name, SampleType::kGauge};
     case MetricId::kControlRejected:
       return {metrics::kControlRejected.name, SampleType::kCounter};
+    case MetricId::kCheckpointFailures:
+      return {metrics::kCheckpointFailures.name, SampleType::kCounter};
   }
   return {"", SampleType::kGauge};
 }

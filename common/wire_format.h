@@ -51,7 +51,8 @@ enum class MetricId : uint16_t {
   kStep = 14,
   // Controller decisions rank 0 rejected (bad MAC, stale, replay...); reasons in its log.
   kControlRejected = 15,
-  kLast = kControlRejected,
+  kCheckpointFailures = 16,  // checkpoints that could not be written (training went on)
+  kLast = kCheckpointFailures,
 };
 
 enum class SampleType : uint8_t { kGauge = 0, kCounter = 1, kTimer = 2 };

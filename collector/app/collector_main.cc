@@ -4,7 +4,9 @@
 // Signals are blocked in every thread and taken synchronously with sigtimedwait in the main
 // loop, which also wakes at each window-step boundary: no async-signal-safety puzzles.
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -16,6 +18,7 @@
 
 #include "collector/app/config.h"
 #include "collector/app/log.h"
+#include "collector/app/privilege.h"
 #include "collector/app/self_metrics.h"
 #include "collector/controller/controller_service.h"
 #include "collector/discovery/rank_discovery.h"
@@ -113,6 +116,14 @@ int run(int argc, char** argv) {
     std::fputs(metrics::markdownTable().c_str(), stdout);
     return 0;
   }
+  // A --user that does not exist is a mistake to name before anything starts.
+  if (!cfg.user.empty() && cfg.user != "root" && !userExists(cfg.user)) {
+    std::fprintf(stderr,
+                 "bpftrain-collector: --user %s: no such user (create it, or --user root to stay "
+                 "root)\n",
+                 cfg.user.c_str());
+    return 2;
+  }
   // Least privilege: the defaults are loopback; listening everywhere is a choice worth a line.
   for (const auto& [flag, hp] : {std::pair{"--listen", &cfg.listen}, {"--metrics", &cfg.metrics}})
     if (isWildcardHost(hp->host))
@@ -179,6 +190,10 @@ int run(int argc, char** argv) {
     listeners.push_back({"expiry", [&](int64_t now) {
                            if (size_t n = store->expireIdle(now))
                              logf(LogLevel::kDebug, kLog, "%zu idle series expired", n);
+                           // Senders too, at 30 s at least: ten of a live rank's hello periods.
+                           const int64_t idle = std::max<int64_t>(cfg.series_ttl.count(), 30'000'000'000);
+                           if (size_t n = registry.expireIdle(now - idle))
+                             logf(LogLevel::kDebug, kLog, "%zu idle senders forgotten", n);
                          }});
   }
 
@@ -294,6 +309,34 @@ int run(int argc, char** argv) {
     listeners.push_back({"controller", [&](int64_t now) { steering->onStep(*store, now); }});
   }
 
+  // Least privilege (privilege.h): sockets, probes and log files are set up, so give up root
+  // and keep only the capabilities the probes still use.
+  {
+    bool probes_up = false;
+#ifdef BPFTRAIN_HAVE_LOADER
+    probes_up = probes != nullptr;
+#endif
+    std::string user = cfg.user.empty() && userExists("bpftrain") ? "bpftrain" : cfg.user;
+    if (user == "root" || (user.empty() && geteuid() == 0)) {
+      if (geteuid() == 0)
+        logf(LogLevel::kInfo, kLog,
+             "running as root (%s): --user NAME (or a bpftrain user) drops to that user after "
+             "start-up",
+             user.empty() ? "no bpftrain user" : "--user root");
+    } else {
+      PrivilegeDrop drop;
+      if (geteuid() != 0) user.clear();  // not root: reduce the capabilities only
+      if (!dropPrivileges(user, probes_up ? capabilitiesForProbes() : std::vector<int>{}, drop,
+                          error)) {
+        std::fprintf(stderr, "bpftrain-collector: %s\n", error.c_str());
+        return 1;
+      }
+      logf(LogLevel::kInfo, kLog, "running as uid %u gid %u%s%s, capabilities kept: %s",
+           unsigned(getuid()), unsigned(getgid()), drop.dropped_user ? ", user " : "",
+           drop.dropped_user ? user.c_str() : "", drop.kept.c_str());
+    }
+  }
+
   // Tests and scripts parse this line for the bound ports (--listen/--metrics with port 0).
   // HostPort::str() brackets an IPv6 host, so "[::1]:PORT" parses back with the same grammar.
   std::printf("bpftrain-collector: listening udp=%s metrics=%s threads=%d window=%" PRId64
@@ -349,6 +392,7 @@ int run(int argc, char** argv) {
       note(applied, "upstream");
     }
     if (fresh.max_series != cfg.max_series) note(restart, "max_series");
+    if (fresh.user != cfg.user) note(restart, "user");
     if (fresh.series_ttl != cfg.series_ttl) note(restart, "series_ttl");
     if (fresh.listen != cfg.listen) note(restart, "listen");
     if (fresh.metrics != cfg.metrics) note(restart, "metrics");

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <functional>
@@ -129,6 +130,18 @@ const std::map<std::string, Setting>& settings() {
         [](CollectorConfig& c, const std::string& v) -> std::string {
           if (!wire::isValidName(v)) return "expected a job name like digits or job-1" + got(v);
           c.job = v;
+          return {};
+        }}},
+      {"user",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          // A user name as useradd takes it; the name is looked up when the collector drops to it.
+          bool ok = !v.empty() && v.size() <= 32 && v[0] != '-';
+          for (char ch : v)
+            ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' ||
+                        ch == '.');
+          if (!ok) return "expected a user name like bpftrain or nobody (root: stay root)" + got(v);
+          c.user = v;
           return {};
         }}},
       {"decisions_log",
@@ -489,6 +502,8 @@ const char* collectorUsage() {
          "  --features-log FILE    what the controller saw, a JSON line every 2 s\n"
          "  --controller-window D  the window the controller reads (1s; Prometheus keeps "
          "--window)\n"
+         "  --user NAME            run as NAME once started, keeping only the capabilities the\n"
+         "                         probes still use (default bpftrain if it exists; root: stay)\n"
          "  --log-level debug|info|warn|error\n"
          "SIGHUP reloads --config: upstream and log level apply live, the rest (max series\n"
          "among them) needs a restart and the log says so; SIGTERM stops.\n";

@@ -35,6 +35,9 @@ struct CollectorConfig {
   // shows within about a second; the exposition keeps the full --window.
   std::chrono::nanoseconds controller_window = std::chrono::seconds(1);
   std::string features_log;  // controller features every 2 s, JSON lines
+  // The user the collector runs as once started (collector/app/privilege.h); "root": stays root.
+  // Empty: "bpftrain" when that user exists (bpftrain.sysusers), else stays.
+  std::string user;
   int ingest_threads = 2;
   size_t max_series = 100'000;
   // A series with no sample for this long leaves the store and the exposition (0: never), so

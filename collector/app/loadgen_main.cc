@@ -46,7 +46,7 @@ struct Options {
                "bpftrain-loadgen: %s\n"
                "usage: bpftrain-loadgen [--target HOST:PORT] [--protocol binary|statsd]\n"
                "  [--workers K] [--hz R | --rate SAMPLES_PER_S] [--per-datagram N]\n"
-               "  [--duration SECONDS] [--sockets S] [--job NAME]\n",
+               "  [--duration SECONDS] [--sockets S] [--job NAME] [--sender-base ID]\n",
                why);
   std::exit(2);
 }
@@ -88,6 +88,9 @@ Options parse(int argc, char** argv) {
       o.duration_s = number("--duration", val());
     } else if (a == "--sockets") {
       o.sockets = int(number("--sockets", val()));
+    } else if (a == "--sender-base") {
+      // Distinct bases make distinct senders: a job that ends and another that starts.
+      o.sender_base = uint64_t(number("--sender-base", val()));
     } else if (a == "--job") {
       o.job = val();
       if (!bpftrain::wire::isValidName(o.job)) usage("--job: letters, digits, _ - . only");

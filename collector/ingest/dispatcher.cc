@@ -64,6 +64,13 @@ void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_n
     statsd_.clear();
     labelled_.clear();
   }
+  // The registry forgot senders that stopped (expireIdle): forget their cached state too, so
+  // this table stays as small as the registry however many senders come and go.
+  if (const uint64_t expiries = registry_.expiries(); expiries != sender_expiries_) {
+    sender_expiries_ = expiries;
+    std::string job, rank;
+    std::erase_if(senders_, [&](const auto& e) { return !registry_.labelsOf(e.first, job, rank); });
+  }
   if (datagram.size() >= 4 && wire::getU32(datagram.data()) == wire::kMagic) {
     handleBinary(datagram, now_ns);
   } else {

@@ -91,6 +91,7 @@ class Dispatcher {
   int writer_;
   DispatchOptions options_;
   std::unordered_map<uint64_t, SenderState> senders_;
+  uint64_t sender_expiries_ = 0;  // registry_.expiries() when senders_ was last pruned
   KeyTable<StatsdEntry> statsd_;
   KeyTable<window::SeriesId> labelled_;  // "job|rank|metric|label values" of labelled samples
   int64_t last_tick_step_ = 0;

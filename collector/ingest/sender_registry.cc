@@ -41,6 +41,17 @@ bool SenderRegistry::labelsOf(uint64_t sender_id, std::string& job, std::string&
   return true;
 }
 
+size_t SenderRegistry::expireIdle(int64_t before_ns) {
+  std::lock_guard lock(mutex_);
+  size_t removed =
+      std::erase_if(senders_, [&](const auto& e) { return e.second.last_seen_ns < before_ns; });
+  if (removed > 0) {
+    ++version_;
+    expiries_.fetch_add(1, std::memory_order_release);
+  }
+  return removed;
+}
+
 std::vector<Sender> SenderRegistry::snapshot() const {
   std::lock_guard lock(mutex_);
   std::vector<Sender> out;

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -35,6 +36,13 @@ class SenderRegistry {
   // Labels of a sender seen in a samples frame; false if it never said hello.
   bool labelsOf(uint64_t sender_id, std::string& job, std::string& rank) const;
 
+  // Forgets senders whose last hello is older than `before_ns` (ranks of jobs that ended), so
+  // jobs coming and going for weeks never fill the registry; returns how many. Ranks repeat
+  // their hello every few seconds, so a live one is never idle that long.
+  size_t expireIdle(int64_t before_ns);
+  // Bumped by every expireIdle() that removed someone: dispatchers then drop their cached state.
+  uint64_t expiries() const { return expiries_.load(std::memory_order_acquire); }
+
   std::vector<Sender> snapshot() const;
   size_t size() const;
   // Bumped on every change of membership or tids, so readers can skip unchanged snapshots.
@@ -44,6 +52,7 @@ class SenderRegistry {
   mutable std::mutex mutex_;
   size_t max_senders_;
   uint64_t version_ = 0;
+  std::atomic<uint64_t> expiries_{0};
   std::unordered_map<uint64_t, Sender> senders_;
 };
 

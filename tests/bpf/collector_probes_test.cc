@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/wire_format.h"
@@ -127,6 +129,110 @@ TEST_F(CollectorProbesTest, RankFromHelloIsTargetedWithJobAndRankLabels) {
   const std::string key = "bpftrain_page_faults_total{job=\"probetest\",rank=\"3\"}";
   auto m = c.scrapeUntil([&](const Metrics& s) { return get(s, key) >= 64; }, 30s);
   EXPECT_GE(get(m, key), 64) << c.proc->err;
+}
+
+// /proc/PID/status (or a task's) field `name`, e.g. "Uid" or "CapEff"; empty when absent.
+std::string statusField(const std::string& status_path, const std::string& name) {
+  std::ifstream f(status_path);
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(name + ":", 0) == 0) {
+      size_t v = line.find_first_not_of(" \t", name.size() + 1);
+      return v == std::string::npos ? "" : line.substr(v);
+    }
+  return {};
+}
+
+// Privilege drop (collector/app/privilege.h): after start-up the collector runs as nobody with
+// only CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE on its main thread and none on the others, and
+// still targets a rank that said hello after the drop (its page faults reach /metrics).
+TEST_F(CollectorProbesTest, DropsToTheUserAndKeepsOnlyWhatTheProbesUseWhileMetricsFlow) {
+  Collector c({"--user", "nobody"});
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
+  ASSERT_TRUE(c.proc->waitFor("capabilities kept:", 5s)) << c.proc->err;
+  const std::string status = "/proc/" + std::to_string(c.proc->pid()) + "/status";
+  EXPECT_EQ(statusField(status, "Uid"), "65534\t65534\t65534\t65534");
+  EXPECT_EQ(statusField(status, "Gid"), "65534\t65534\t65534\t65534");
+  // Bits 39 (CAP_BPF), 38 (CAP_PERFMON) and 19 (CAP_SYS_PTRACE).
+  const std::string kept = "000000c000080000";
+  EXPECT_EQ(statusField(status, "CapEff"), kept);
+  EXPECT_EQ(statusField(status, "CapPrm"), kept);
+  EXPECT_EQ(statusField(status, "CapBnd"), kept);
+  EXPECT_EQ(statusField(status, "CapInh"), "0000000000000000");
+  EXPECT_EQ(statusField(status, "CapAmb"), "0000000000000000");
+  EXPECT_EQ(statusField(status, "NoNewPrivs"), "1");
+  int others = 0;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(c.proc->pid()) + "/task")) {
+    if (t.path().filename() == std::to_string(c.proc->pid())) continue;
+    ++others;
+    EXPECT_EQ(statusField(t.path().string() + "/status", "CapEff"), "0000000000000000")
+        << "thread " << t.path().filename();
+    EXPECT_EQ(statusField(t.path().string() + "/status", "Uid"), "65534\t65534\t65534\t65534");
+  }
+  EXPECT_GT(others, 0) << "ingest and /metrics threads";
+  EXPECT_NE(c.proc->err.find("user nobody, capabilities kept: cap_bpf,cap_perfmon,cap_sys_ptrace"),
+            std::string::npos)
+      << c.proc->err;
+
+  const int port = c.udp_port;
+  Child rank(
+      [port] {
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        uint32_t pid = static_cast<uint32_t>(getpid());
+        wire::Hello hello{"privtest", "node-a", 1, 2, pid, std::span<const uint32_t>(&pid, 1)};
+        uint8_t buf[512];
+        const size_t len = wire::encodeHello(std::span<uint8_t>(buf, sizeof(buf)), 78, 0, hello);
+        sendto(fd, buf, len, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+        close(fd);
+      },
+      [] {
+        for (;;) {
+          tests::bpf::touchFreshPages(64);
+          usleep(5000);
+        }
+        return int64_t{0};
+      });
+  ASSERT_TRUE(rank.ready(5s));
+  rank.go();
+  const std::string key = "bpftrain_page_faults_total{job=\"privtest\",rank=\"1\"}";
+  auto m = c.scrapeUntil([&](const Metrics& s) { return get(s, key) >= 64; }, 30s);
+  EXPECT_GE(get(m, key), 64) << c.proc->err;
+  EXPECT_GT(sumPrefix(m, "bpftrain_probe_up{"), 0);
+}
+
+// Without probes nothing is kept; samples still flow.
+TEST_F(CollectorProbesTest, WithoutProbesTheDroppedCollectorKeepsNoCapability) {
+  Collector c({"--no-bpf", "--user", "nobody"});
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
+  ASSERT_TRUE(c.proc->waitFor("capabilities kept: none", 5s)) << c.proc->err;
+  const std::string status = "/proc/" + std::to_string(c.proc->pid()) + "/status";
+  EXPECT_EQ(statusField(status, "Uid"), "65534\t65534\t65534\t65534");
+  EXPECT_EQ(statusField(status, "CapEff"), "0000000000000000");
+  EXPECT_EQ(statusField(status, "CapPrm"), "0000000000000000");
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(c.udp_port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const std::string line = "privtest.count:5|c";
+  sendto(fd, line.data(), line.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  close(fd);
+  auto m = c.scrapeUntil([](const Metrics& s) { return get(s, "privtest_count_total") == 5; }, 10s);
+  EXPECT_EQ(get(m, "privtest_count_total"), 5) << c.proc->err;
+}
+
+// A --user that does not exist is refused before anything starts.
+TEST(CollectorPrivilege, AnUnknownUserExitsTwoNamingTheFix) {
+  testing::ChildProcess p({testing::buildPath("collector/app/bpftrain-collector"), "--no-bpf",
+                           "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--user",
+                           "no-such-user-bpftrain"});
+  EXPECT_EQ(p.exitCode(10s), 2);
+  EXPECT_NE(p.err.find("--user no-such-user-bpftrain: no such user"), std::string::npos) << p.err;
 }
 
 }  // namespace

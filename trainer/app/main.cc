@@ -11,7 +11,8 @@ namespace {
 
 // The rank processes get every flag except those the launcher decides per rank.
 std::vector<std::string> rankArgs(const std::vector<std::string>& args) {
-  const std::vector<std::string> launcher_only{"--ranks", "--netns", "--node-of", "--store"};
+  const std::vector<std::string> launcher_only{"--ranks", "--netns", "--node-of", "--store",
+                                               "--restarts"};
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     bool drop = false;
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     spec.store = options->store;
     spec.netns = options->netns;
     spec.node_of = options->node_of;
+    spec.restarts = options->restarts;
     spec.stop_timeout = std::chrono::seconds(std::min(options->timeout_s, 10));
     return launcher::runLauncher(spec);
   }

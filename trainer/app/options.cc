@@ -79,6 +79,8 @@ std::string usage() {
   --rdma-device D[,D1,...]  ibverbs: RDMA device (ibv_devices), one for all ranks or one per rank
   --gid-index N             ibverbs: GID table index (default 0; RoCE v2 over IPv4: see show_gids)
   --netns NS0,NS1,...       launcher: run rank i inside network namespace NSi
+  --restarts N              launcher: when a rank fails, restart every rank from the newest
+                            valid checkpoint, at most N times (needs --checkpoint DIR)
   --data FILE               digits.csv.gz (default: from tools/setup)
   --timeout S               rendezvous / dead-peer / stop timeout in seconds (default 30)
   --sync auto|tail|broadcast  how decisions reach all ranks (default auto, see docs/trainer.md)
@@ -139,6 +141,8 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
     if (flag == "--help" || flag == "-h") return fail("help");
     if (flag == "--ranks") {
       if (!intFlag(o.ranks, 1, 1024)) return std::nullopt;
+    } else if (flag == "--restarts") {
+      if (!intFlag(o.restarts, 0, 1000)) return std::nullopt;
     } else if (flag == "--rank") {
       if (!intFlag(o.rank, 0, 1 << 20)) return std::nullopt;
       rank_given = true;
@@ -348,6 +352,18 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
   if (!o.checkpoint_dir.empty() && o.checkpoint_every == 0) o.checkpoint_every = 100;
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     return fail("--checkpoint-every needs --checkpoint DIR");
+  if (o.restarts > 0) {
+    if (o.ranks == 0) return fail("--restarts is for the launcher: use it with --ranks N");
+    if (o.checkpoint_dir.empty())
+      return fail(
+          "--restarts needs --checkpoint DIR: a restart resumes from the newest checkpoint");
+    // Gloo's stores refuse to overwrite keys, so every attempt rendezvous in a fresh directory.
+    if (!o.store.empty() && o.store.find('/') == std::string::npos)
+      return fail(
+          "--restarts needs a directory --store (each attempt rendezvous in a fresh "
+          "subdirectory), not " +
+          o.store);
+  }
   if (!wire::isValidName(o.job))
     return fail("--job " + o.job + ": a letter or _, then letters, digits, _ - . (at most 64)");
   return o;

@@ -30,6 +30,7 @@ struct Options {
   int gid_index = 0;                      // ibverbs: GID table index
   std::vector<int> node_of;
   std::vector<std::string> netns;  // launcher: namespace of rank i
+  int restarts = 0;                // launcher: restart the job this often after a rank fails
   std::string job = "default";
   int timeout_s = 30;  // rendezvous, dead peers, launcher's stop timeout
 

@@ -23,6 +23,7 @@
 #include "trainer/control/config_sync.h"
 #include "trainer/control/control_receiver.h"
 #include "trainer/control/verifier.h"
+#include "trainer/launcher/launcher.h"
 #include "trainer/model/checkpoint.h"
 #include "trainer/model/dataset.h"
 #include "trainer/model/huge_buffer.h"
@@ -168,6 +169,7 @@ class RankRunner {
   std::optional<control::ConfigSync> sync_;
   control::ConfigWord resumed_config_;  // from the command line, or the checkpoint resumed
   uint64_t start_step_ = 0;
+  uint64_t checkpoint_failures_ = 0;
   int local_rank_ = 0, local_world_ = 1;
   double loss_ = 0;
   Clock::time_point last_slow_probe_;
@@ -426,7 +428,18 @@ void RankRunner::checkpoint(uint64_t step_done) {
     st.pinning = uint8_t(next.pinning);
     st.seed = o_.seed;
     st.model = o_.model.name;
-    model::writeCheckpoint(o_.checkpoint_dir, st, model_->parameters(), model_->momentum());
+    // A full disk or an I/O error costs this checkpoint, not the run: writeCheckpoint removed its
+    // temp file, so the previous checkpoint stays the newest valid one and a resume picks it.
+    try {
+      model::writeCheckpoint(o_.checkpoint_dir, st, model_->parameters(), model_->momentum());
+    } catch (const std::exception& e) {
+      ++checkpoint_failures_;
+      if (emitter_) emitter_->addCounter(MetricId::kCheckpointFailures, 1);
+      std::fprintf(stderr,
+                   "bpftrain-train: rank 0: checkpoint at step %" PRIu64 " not written (%" PRIu64
+                   " so far), training goes on: %s\n",
+                   step_done, checkpoint_failures_, e.what());
+    }
   }
   if (emitter_) emitter_->setGauge(MetricId::kCheckpointActive, 0);
 }
@@ -473,6 +486,9 @@ int RankRunner::run() {
     totals.allreduce_s += allreduce_s;
     sync_->observe(step_s, allreduce_s);
     afterStep(step, features_on, step_s, allreduce_s);
+    if (o_.resume && o_.rank == 0 && step == start_step_)
+      std::fprintf(stderr, "bpftrain-train: rank 0: %s step %" PRIu64 "\n",
+                   launcher::kFirstResumedStepMarker, step + 1);  // the launcher times restarts
     hooks_->recordStep(features_on, seconds(Clock::now() - t0));
     if (sync_->stopRequested()) {
       end_step = step + 1;

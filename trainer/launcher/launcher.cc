@@ -85,44 +85,25 @@ std::vector<int> nodesFromNamespaces(const std::vector<std::string>& netns) {
   return out;
 }
 
-int runLauncher(const LaunchSpec& spec) {
-  namespace fs = std::filesystem;
-  std::string store = spec.store;
-  bool own_store = false;
-  if (store.empty()) {
-    char tmpl[] = "/tmp/bpftrain-store-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      std::fprintf(stderr, "bpftrain-train: cannot create a store directory in /tmp: %s\n",
-                   std::strerror(errno));
-      return 1;
-    }
-    store = tmpl;
-    own_store = true;
-  }
-  std::vector<int> node_of = spec.node_of;
-  if (node_of.empty() && !spec.netns.empty()) node_of = nodesFromNamespaces(spec.netns);
-  // Local rank = index among the ranks on the same node: pinning is planned per node.
-  std::vector<int> local_rank(size_t(spec.ranks)), local_world(size_t(spec.ranks));
-  for (int r = 0; r < spec.ranks; ++r) {
-    int node = node_of.empty() ? 0 : node_of[size_t(r)];
-    for (int q = 0; q < spec.ranks; ++q) {
-      int qn = node_of.empty() ? 0 : node_of[size_t(q)];
-      if (qn != node) continue;
-      if (q < r) ++local_rank[size_t(r)];
-      ++local_world[size_t(r)];
-    }
-  }
+namespace {
 
-  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 1;
-  struct sigaction sa {};
-  sa.sa_handler = onSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaction(s, &sa, nullptr);
-
-  std::vector<Child> children(size_t(spec.ranks));
+// One start of all ranks, run until every rank has exited.
+struct Attempt {
   int failed_rank = -1;
+  int failed_status = 0;
+  std::string failed_line;
   int forwarded_signal = 0;
+  std::chrono::steady_clock::time_point failed_at;
+  std::chrono::steady_clock::time_point first_resumed_step;  // {} until rank 0 reports it
+};
+
+Attempt runAttempt(const LaunchSpec& spec, const std::string& store, bool resume,
+                   const std::vector<int>& node_of, const std::vector<int>& local_rank,
+                   const std::vector<int>& local_world) {
+  Attempt result;
+  std::vector<Child> children(size_t(spec.ranks));
+  int& failed_rank = result.failed_rank;
+  int& forwarded_signal = result.forwarded_signal;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   bool killed = false;
   auto stopOthers = [&](int signo) {
@@ -135,6 +116,8 @@ int runLauncher(const LaunchSpec& spec) {
   for (int r = 0; r < spec.ranks; ++r) {
     std::vector<std::string> args{spec.executable};
     args.insert(args.end(), spec.rank_args.begin(), spec.rank_args.end());
+    if (resume && std::find(args.begin(), args.end(), "--resume") == args.end())
+      args.push_back("--resume");
     args.insert(args.end(), {"--rank", std::to_string(r), "--world", std::to_string(spec.ranks),
                              "--local-rank", std::to_string(local_rank[size_t(r)]), "--local-world",
                              std::to_string(local_world[size_t(r)]), "--store", store});
@@ -211,7 +194,13 @@ int runLauncher(const LaunchSpec& spec) {
       while ((nl = c.partial.find('\n')) != std::string::npos) {
         std::string line = c.partial.substr(0, nl);
         c.partial.erase(0, nl + 1);
-        if (!line.empty()) c.last_line = line;
+        // The restart timing mark is progress, not an error line to name a failure by.
+        if (line.find(kFirstResumedStepMarker) != std::string::npos) {
+          if (result.first_resumed_step == std::chrono::steady_clock::time_point{})
+            result.first_resumed_step = std::chrono::steady_clock::now();
+        } else if (!line.empty()) {
+          c.last_line = line;
+        }
         std::fprintf(stderr, "[rank %d] %s\n", r, line.c_str());
       }
     }
@@ -258,6 +247,7 @@ int runLauncher(const LaunchSpec& spec) {
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && failed_rank < 0 && forwarded_signal == 0) {
           failed_rank = r;
+          result.failed_at = std::chrono::steady_clock::now();
           std::fprintf(stderr,
                        "bpftrain-train: rank %d (pid %d) %s%s%s; stopping the other ranks\n", r,
                        int(pid), describeStatus(status).c_str(), c.last_line.empty() ? "" : ": ",
@@ -276,6 +266,81 @@ int runLauncher(const LaunchSpec& spec) {
         }
     }
   }
+  if (failed_rank >= 0) {
+    const Child& c = children[size_t(failed_rank)];
+    result.failed_status = c.status;
+    result.failed_line = c.last_line;
+  }
+  return result;
+}
+
+}  // namespace
+
+int runLauncher(const LaunchSpec& spec) {
+  namespace fs = std::filesystem;
+  std::string store = spec.store;
+  bool own_store = false;
+  if (store.empty()) {
+    char tmpl[] = "/tmp/bpftrain-store-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      std::fprintf(stderr, "bpftrain-train: cannot create a store directory in /tmp: %s\n",
+                   std::strerror(errno));
+      return 1;
+    }
+    store = tmpl;
+    own_store = true;
+  }
+  std::vector<int> node_of = spec.node_of;
+  if (node_of.empty() && !spec.netns.empty()) node_of = nodesFromNamespaces(spec.netns);
+  // Local rank = index among the ranks on the same node: pinning is planned per node.
+  std::vector<int> local_rank(size_t(spec.ranks)), local_world(size_t(spec.ranks));
+  for (int r = 0; r < spec.ranks; ++r) {
+    int node = node_of.empty() ? 0 : node_of[size_t(r)];
+    for (int q = 0; q < spec.ranks; ++q) {
+      int qn = node_of.empty() ? 0 : node_of[size_t(q)];
+      if (qn != node) continue;
+      if (q < r) ++local_rank[size_t(r)];
+      ++local_world[size_t(r)];
+    }
+  }
+
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 1;
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaction(s, &sa, nullptr);
+
+  Attempt last;
+  std::chrono::steady_clock::time_point previous_failure{};
+  for (int attempt = 0;; ++attempt) {
+    // Gloo's stores never overwrite a key: a restart rendezvous in a fresh subdirectory.
+    std::string attempt_store = store;
+    if (attempt > 0) {
+      attempt_store = store + "/restart-" + std::to_string(attempt);
+      std::error_code ec;
+      fs::create_directories(attempt_store, ec);
+    }
+    last = runAttempt(spec, attempt_store, attempt > 0, node_of, local_rank, local_world);
+    if (attempt > 0) {
+      if (last.first_resumed_step != std::chrono::steady_clock::time_point{})
+        std::fprintf(
+            stderr,
+            "bpftrain-train: launcher: restart %d: first resumed step %.3f s after the "
+            "failure\n",
+            attempt,
+            std::chrono::duration<double>(last.first_resumed_step - previous_failure).count());
+      else
+        std::fprintf(stderr, "bpftrain-train: launcher: restart %d: no resumed step completed\n",
+                     attempt);
+    }
+    if (last.failed_rank < 0 || last.forwarded_signal != 0 || attempt >= spec.restarts) break;
+    previous_failure = last.failed_at;
+    std::fprintf(stderr,
+                 "bpftrain-train: launcher: rank %d failed; restart %d of %d from the newest valid "
+                 "checkpoint\n",
+                 last.failed_rank, attempt + 1, spec.restarts);
+  }
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) signal(s, SIG_DFL);
   close(g_signal_pipe[0]);
   close(g_signal_pipe[1]);
@@ -283,14 +348,13 @@ int runLauncher(const LaunchSpec& spec) {
     std::error_code ec;
     fs::remove_all(store, ec);
   }
-  if (failed_rank >= 0) {
-    const Child& c = children[size_t(failed_rank)];
-    std::fprintf(stderr, "bpftrain-train: failed: rank %d %s%s%s\n", failed_rank,
-                 describeStatus(c.status).c_str(), c.last_line.empty() ? "" : ": ",
-                 c.last_line.c_str());
+  if (last.failed_rank >= 0) {
+    std::fprintf(stderr, "bpftrain-train: failed: rank %d %s%s%s\n", last.failed_rank,
+                 describeStatus(last.failed_status).c_str(), last.failed_line.empty() ? "" : ": ",
+                 last.failed_line.c_str());
     return 1;
   }
-  if (forwarded_signal != 0) return 128 + forwarded_signal;
+  if (last.forwarded_signal != 0) return 128 + last.forwarded_signal;
   return 0;
 }
 

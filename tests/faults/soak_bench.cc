@@ -1,0 +1,213 @@
+// Soak (issue 14 part 7; label bench, tools/bench soak runs it for 30 minutes): a collector with
+// the controller acting on two adaptive ranks at the full telemetry rate (100 Hz), BPF probes on
+// when root, while short jobs come and go (bpftrain-loadgen, 50 new senders every second, each job
+// its own name). Every BPFTRAIN_SOAK_SAMPLE_S seconds it samples the collector's RSS, open fds,
+// series, senders, lost frames and kernel drops, prints the table and checks that after the
+// warm-up (series TTL + the senders' 30 s idle limit) they stay flat.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/child_process.h"
+#include "tests/support/collector_process.h"
+#include "tests/support/temp_dir.h"
+
+namespace bpftrain::faults {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::buildPath;
+using testing::ChildProcess;
+using testing::CollectorProcess;
+using Clock = std::chrono::steady_clock;
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+
+double valueOf(const CollectorProcess::Metrics& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? 0 : it->second;
+}
+
+uint64_t rssKiB(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  return 0;
+}
+
+size_t openFds(pid_t pid) {
+  std::error_code ec;
+  size_t n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
+
+// A UDP port free right now (the trainer's control port must be known to the collector first).
+int freeUdpPort() {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+struct Sample {
+  double t_s;
+  uint64_t rss_kib;
+  size_t fds;
+  double series, senders, frames_lost, kernel_drops, steps;
+};
+
+TEST(Soak, CollectorMemorySeriesAndSendersStayFlatWhileJobsComeAndGo) {
+  const int seconds = envInt("BPFTRAIN_SOAK_SECONDS", 90);
+  const int sample_s = envInt("BPFTRAIN_SOAK_SAMPLE_S", 5);
+  constexpr int kTtlS = 5, kSenderIdleS = 30;
+  testing::TempDir dir("bpftrain-soak");
+  const std::string secret = dir.path() + "/secret";
+  {
+    std::ofstream(secret) << "soak-test-secret-0123456789abcdef0123456789";
+    std::filesystem::permissions(
+        secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  const int control_port = freeUdpPort();
+  ASSERT_GT(control_port, 0);
+  std::vector<std::string> args{"--listen",
+                                "127.0.0.1:0",
+                                "--metrics",
+                                "127.0.0.1:0",
+                                "--series-ttl",
+                                std::to_string(kTtlS) + "s",
+                                "--control=act",
+                                "--policy",
+                                "rules",
+                                "--secret",
+                                secret,
+                                "--trainer",
+                                "127.0.0.1:" + std::to_string(control_port),
+                                "--job",
+                                "soak"};
+  if (geteuid() != 0) args.push_back("--no-bpf");
+  CollectorProcess c(args, 30s);
+  ASSERT_GT(c.udp_port, 0) << c.proc->err;
+  const std::string target = "127.0.0.1:" + std::to_string(c.udp_port);
+  ChildProcess train({buildPath("trainer/app/bpftrain-train"),
+                      "--ranks",
+                      "2",
+                      "--model",
+                      "mlp:64x2",
+                      "--steps",
+                      "1000000000",
+                      "--duration",
+                      std::to_string(seconds),
+                      "--eval-every",
+                      "0",
+                      "--metrics-hz",
+                      "100",
+                      "--adaptive",
+                      "--secret",
+                      secret,
+                      "--control",
+                      "127.0.0.1:" + std::to_string(control_port),
+                      "--job",
+                      "soak",
+                      "--collector",
+                      target});
+
+  // Short jobs: one second each, 50 ranks with sender ids of their own.
+  std::atomic<bool> stop{false};
+  std::atomic<int> jobs{0};
+  std::thread churn([&] {
+    for (int j = 1; !stop; ++j) {
+      ChildProcess g({buildPath("collector/app/bpftrain-loadgen"), "--target", target, "--workers",
+                      "50", "--hz", "20", "--duration", "1", "--job", "churn-" + std::to_string(j),
+                      "--sender-base", std::to_string(1'000'000 + j * 1000)});
+      if (g.exitCode(30s) == 0) ++jobs;
+    }
+  });
+
+  std::vector<Sample> samples;
+  const auto start = Clock::now();
+  for (auto next = start + std::chrono::seconds(sample_s);
+       Clock::now() < start + std::chrono::seconds(seconds);
+       next += std::chrono::seconds(sample_s)) {
+    train.readUntil([] { return false; },
+                    std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()));
+    auto m = c.scrape();
+    Sample s{std::chrono::duration<double>(Clock::now() - start).count(),
+             rssKiB(c.proc->pid()),
+             openFds(c.proc->pid()),
+             valueOf(m, "bpftrain_collector_series"),
+             valueOf(m, "bpftrain_collector_senders"),
+             valueOf(m, "bpftrain_collector_frames_lost_total"),
+             valueOf(m, "bpftrain_collector_kernel_drops_total"),
+             valueOf(m, "bpftrain_step{job=\"soak\",rank=\"0\"}")};
+    samples.push_back(s);
+    std::printf(
+        "t=%6.1fs rss=%6llu KiB fds=%3zu series=%6.0f senders=%5.0f lost=%.0f drops=%.0f "
+        "rank0_step=%.0f\n",
+        s.t_s, (unsigned long long)s.rss_kib, s.fds, s.series, s.senders, s.frames_lost,
+        s.kernel_drops, s.steps);
+    std::fflush(stdout);
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(train.exitCode(60s), 0) << train.err;
+
+  // Flat once the first jobs' series (TTL) and senders (30 s idle) have had time to leave.
+  const double warm = kSenderIdleS + kTtlS + 2 * sample_s;
+  std::vector<Sample> late;
+  for (const Sample& s : samples)
+    if (s.t_s >= warm) late.push_back(s);
+  ASSERT_GE(late.size(), 3u) << "soak too short for its warm-up of " << warm << " s";
+  auto range = [&](auto field) {
+    auto [lo, hi] =
+        std::minmax_element(late.begin(), late.end(),
+                            [&](const auto& a, const auto& b) { return field(a) < field(b); });
+    return std::pair<double, double>{field(*lo), field(*hi)};
+  };
+  auto [rss_lo, rss_hi] = range([](const Sample& s) { return double(s.rss_kib); });
+  auto [fd_lo, fd_hi] = range([](const Sample& s) { return double(s.fds); });
+  auto [se_lo, se_hi] = range([](const Sample& s) { return s.series; });
+  auto [sn_lo, sn_hi] = range([](const Sample& s) { return s.senders; });
+  const double rss_drift =
+      (double(late.back().rss_kib) - double(late.front().rss_kib)) / double(late.front().rss_kib);
+  std::printf(
+      "soak %d s, %d short jobs (%d distinct senders): after %.0f s RSS %.0f..%.0f KiB (drift "
+      "%+.1f%%), fds %.0f..%.0f, series %.0f..%.0f, senders %.0f..%.0f\n",
+      seconds, jobs.load(), jobs.load() * 50, warm, rss_lo, rss_hi, 100 * rss_drift, fd_lo, fd_hi,
+      se_lo, se_hi, sn_lo, sn_hi);
+  // Bounds: the live set is ~kSenderIdleS jobs of 50 senders and ~kTtlS jobs of series, so
+  // anything that grows with the number of jobs seen would break these within a minute.
+  EXPECT_LT(rss_drift, 0.10);
+  EXPECT_LE(fd_hi - fd_lo, 2);
+  EXPECT_LE(se_hi, 1.5 * se_lo + 50);
+  EXPECT_LE(sn_hi, 50.0 * (kSenderIdleS + 2 * sample_s + 2) + 2);
+  EXPECT_GT(jobs.load(), seconds / 3);
+}
+
+}  // namespace
+}  // namespace bpftrain::faults
