@@ -273,6 +273,36 @@ TEST(SenderRegistryTest, HelloRegistersAndVersionTracksChanges) {
   EXPECT_GT(reg.version(), v);
 }
 
+// Issue 14, bounded memory: senders of jobs that ended leave the registry (expireIdle) and,
+// with it, every dispatcher's table, however many come and go; a sender still saying hello stays.
+TEST(SenderRegistryTest, IdleSendersExpireAndDispatchersForgetThem) {
+  FakeStore store;
+  SenderRegistry registry;
+  IngestStats stats;
+  Dispatcher d(store, registry, stats, 0);
+  for (int round = 0; round < 20; ++round) {
+    const int64_t t = int64_t(round) * 1'000'000;
+    for (uint64_t s = 0; s < 500; ++s) {  // a job of 500 ranks, new sender ids every round
+      const uint64_t id = uint64_t(round) * 1000 + s;
+      d.handleDatagram(hello(id, 0, "short", uint32_t(s)), t);
+      d.handleDatagram(samplesFrame(id, 1, {{MetricId::kLoss, SampleType::kGauge, 0, 0, 1}}), t);
+    }
+    d.handleDatagram(hello(999'999, uint32_t(round), "long", 0), t);  // one rank that stays
+    registry.expireIdle(t);  // forgets the rounds before this one
+    EXPECT_LE(registry.size(), 501u);
+  }
+  d.handleDatagram(samplesFrame(999'999, 100, {{MetricId::kLoss, SampleType::kGauge, 0, 0, 2}}),
+                   20'000'000);
+  EXPECT_EQ(registry.size(), 501u);  // the last round and the long-lived rank
+  EXPECT_EQ(d.cachedSenders(), 501u);
+  EXPECT_EQ(stats.dropped[size_t(DropReason::kUnknownSender)].load(), 0u);
+  std::string job, rank;
+  EXPECT_TRUE(registry.labelsOf(999'999, job, rank));
+  EXPECT_FALSE(registry.labelsOf(0, job, rank));
+  EXPECT_EQ(registry.expireIdle(30'000'000), 501u);
+  EXPECT_EQ(registry.size(), 0u);
+}
+
 // Issue 2, bad input: 100,000 random and mutated datagrams, then valid traffic that must be
 // aggregated exactly, with nothing crashing on the way.
 void fuzzThenValid(window::SeriesStore& store, const std::function<void()>& check) {
