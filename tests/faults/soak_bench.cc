@@ -4,6 +4,11 @@
 // its own name). Every BPFTRAIN_SOAK_SAMPLE_S seconds it samples the collector's RSS, open fds,
 // series, senders, lost frames and kernel drops, prints the table and checks that after the
 // warm-up (series TTL + the senders' 30 s idle limit) they stay flat.
+// Measured 2026-12-01, 70 s, 5 s samples: --no-bpf (as nobody) passes: RSS 41.2..43.7 MB (+5.2%),
+// fds 9, series 934..1234, senders 1452..1502 of 3500 seen. As root with the probes on it fails:
+// series (+150/s) and senders (+50/s) never leave -- every announced sender becomes a probe target
+// whose series the loader keeps for good, and neither expiry showed any effect (suspected: the
+// main loop busy targeting 50 new senders a second); left open for the loader's owner.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
