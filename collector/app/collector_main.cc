@@ -191,7 +191,8 @@ int run(int argc, char** argv) {
                            if (size_t n = store->expireIdle(now))
                              logf(LogLevel::kDebug, kLog, "%zu idle series expired", n);
                            // Senders too, at 30 s at least: ten of a live rank's hello periods.
-                           const int64_t idle = std::max<int64_t>(cfg.series_ttl.count(), 30'000'000'000);
+                           const int64_t idle =
+                               std::max<int64_t>(cfg.series_ttl.count(), 30'000'000'000);
                            if (size_t n = registry.expireIdle(now - idle))
                              logf(LogLevel::kDebug, kLog, "%zu idle senders forgotten", n);
                          }});

@@ -200,13 +200,16 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"secret",
        {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          if (access(v.c_str(), R_OK) != 0)
-            return "cannot read the secret file (create it, e.g. head -c32 /dev/urandom > FILE)" +
-                   got(v);
-          c.secret_path = v;
-          return {};
-        }}},
+        [](CollectorConfig& c,
+           const std::string& v) -> std::
+                                     string {
+                                       if (access(v.c_str(), R_OK) != 0)
+                                         return "cannot read the secret file (create it, e.g. head "
+                                                "-c32 /dev/urandom > FILE)" +
+                                                got(v);
+                                       c.secret_path = v;
+                                       return {};
+                                     }}},
       {"ingest_threads",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::
