@@ -6,12 +6,14 @@
 // buffer, made after the go too). Prints "posted K" and exits 0 when done.
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/buffer.h>
 #include <gloo/transport/ibverbs/device.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,20 +52,26 @@ int main(int argc, char** argv) {
     std::vector<char> data(4096, char(rank));
     auto& pair = context->getPair(1 - rank);
     constexpr int kSlot = 7;
+    // The buffer lives until both sides are done: destroyed right after its last waitRecv, rank
+    // 1's buffer raced Gloo's device thread still handling the pair's last events (SIGSEGV in a
+    // CI run).
+    std::unique_ptr<gloo::transport::Buffer> buffer;
     if (rank == 0) {
-      auto buffer = pair->createSendBuffer(kSlot, data.data(), data.size());
+      buffer = pair->createSendBuffer(kSlot, data.data(), data.size());
       for (int i = 0; i < k; ++i) {
         buffer->send();
         buffer->waitSend();
       }
     } else {
-      auto buffer = pair->createRecvBuffer(kSlot, data.data(), data.size());
+      buffer = pair->createRecvBuffer(kSlot, data.data(), data.size());
       for (int i = 0; i < k; ++i) buffer->waitRecv();
     }
     // Neither side closes its queue pair while the other still uses it.
     store.set("done/" + std::to_string(rank), {'1'});
     store.wait({"done/0", "done/1"}, std::chrono::seconds(60));
     std::printf("posted %d\n", rank == 0 ? k : 0);
+    std::fflush(stdout);
+    buffer.reset();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     return 1;
