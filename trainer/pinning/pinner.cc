@@ -167,11 +167,10 @@ bool Pinner::apply(PinMode mode, std::span<const pid_t> compute, std::span<const
 // pages on the node it ran on (94% of a rank's pages on its node in one CI run where this ran
 // only on the move into numa; pages already on the node are not touched again).
 void Pinner::placeAnonymousMemory(int node) {
-  constexpr int kMaxNodes = 1024;
-  constexpr int kBits = 8 * sizeof(unsigned long);
+  constexpr int kMaxNodes = NodeMask::kMaxNodes;
   if (node >= kMaxNodes) return;
-  unsigned long mask[kMaxNodes / kBits] = {};
-  if (node >= 0) mask[node / kBits] |= 1UL << (node % kBits);
+  NodeMask mask;
+  if (node >= 0) mask.set(node);
   last_migrate_error_ = 0;
   std::FILE* maps = std::fopen("/proc/self/maps", "re");
   if (maps == nullptr) {
@@ -196,7 +195,7 @@ void Pinner::placeAnonymousMemory(int node) {
   for (const auto& [start, end] : anon) {
     const int mode = node >= 0 ? MPOL_PREFERRED : MPOL_DEFAULT;
     const unsigned flags = node >= 0 ? MPOL_MF_MOVE : 0;
-    if (syscall(SYS_mbind, start, end - start, mode, node >= 0 ? mask : nullptr,
+    if (syscall(SYS_mbind, start, end - start, mode, node >= 0 ? mask.bits : nullptr,
                 node >= 0 ? kMaxNodes : 0, flags) != 0 &&
         errno != EFAULT && errno != ENOMEM)  // unmapped meanwhile
       last_migrate_error_ = errno;
@@ -209,22 +208,24 @@ void Pinner::placeAnonymousMemory(int node) {
 // another node would otherwise keep allocating there); leaving numa restores that first policy.
 // Preferred, not bind: a full node spills over instead of failing an allocation mid-training.
 void Pinner::setThreadPolicy(int node) {
-  constexpr int kMaxNodes = 1024;
-  constexpr int kBits = 8 * sizeof(unsigned long);
+  constexpr int kMaxNodes = NodeMask::kMaxNodes;
   if (!saved_policy_) {
     SavedPolicy saved;
-    if (syscall(SYS_get_mempolicy, &saved.mode, saved.nodes, kMaxNodes, nullptr, 0) != 0) return;
+    if (syscall(SYS_get_mempolicy, &saved.mode, saved.nodes.bits, kMaxNodes, nullptr, 0) != 0)
+      return;
     saved_policy_ = saved;
   }
   if (node >= 0 && node < kMaxNodes) {
-    unsigned long mask[kMaxNodes / kBits] = {};
-    mask[node / kBits] |= 1UL << (node % kBits);
-    if (syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask, kMaxNodes) == 0) thread_policy_set_ = true;
+    NodeMask mask;
+    mask.set(node);
+    if (syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask.bits, kMaxNodes) == 0)
+      thread_policy_set_ = true;
   } else if (thread_policy_set_) {
     const SavedPolicy& s = *saved_policy_;
     // MPOL_DEFAULT takes no node mask.
     if (syscall(SYS_set_mempolicy, s.mode,
-                (s.mode & ~MPOL_MODE_FLAGS) == MPOL_DEFAULT ? nullptr : s.nodes, kMaxNodes) == 0)
+                (s.mode & ~MPOL_MODE_FLAGS) == MPOL_DEFAULT ? nullptr : s.nodes.bits,
+                kMaxNodes) == 0)
       thread_policy_set_ = false;
   }
 }

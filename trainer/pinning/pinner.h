@@ -71,9 +71,16 @@ class Pinner {
   int last_migrate_error_ = 0;
   int anon_node_ = -1;  // the node the anonymous mappings prefer (-1: default policy)
 
+  // A node mask as the mempolicy system calls take it (maxnode = kMaxNodes).
+  struct NodeMask {
+    static constexpr int kMaxNodes = 1024;
+    static constexpr int kBits = 8 * sizeof(unsigned long);
+    unsigned long bits[kMaxNodes / kBits] = {};
+    void set(int node) { bits[node / kBits] |= 1UL << (node % kBits); }
+  };
   struct SavedPolicy {
     int mode = 0;
-    unsigned long nodes[1024 / (8 * sizeof(unsigned long))] = {};
+    NodeMask nodes;
   };
   std::optional<SavedPolicy> saved_policy_;  // the calling thread's policy before any apply()
   bool thread_policy_set_ = false;

@@ -493,6 +493,25 @@ TEST(ConfigSync, DecisionsAreCollectedOncePerStepAndNotInOffBlocks) {
   EXPECT_EQ(w.broadcasts(0), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
 }
 
+// A UDP socket that sends frames to rank 0's control port on loopback.
+struct ControlSender {
+  explicit ControlSender(uint16_t port) : fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) {
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
+  ~ControlSender() {
+    if (fd >= 0) close(fd);
+  }
+  bool ok() const { return fd >= 0; }
+  bool send(const std::vector<uint8_t>& d) const {
+    return sendto(fd, d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) ==
+           ssize_t(d.size());
+  }
+  int fd;
+  sockaddr_in to{};
+};
+
 // Rank 0 taking decisions from its control socket: a forged one is counted and dropped, the
 // signed one reaches every rank at the same step, its replay changes nothing.
 TEST(ReceiverSource, TakesVerifiedDecisionsFromTheControlSocket) {
@@ -507,16 +526,9 @@ TEST(ReceiverSource, TakesVerifiedDecisionsFromTheControlSocket) {
   World w(3, adaptive());
   w.rank(0).addSource(source);
 
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(receiver.port());
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  auto send = [&](const std::vector<uint8_t>& d) {
-    ASSERT_EQ(sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
-              ssize_t(d.size()));
-  };
+  ControlSender sender(receiver.port());
+  ASSERT_TRUE(sender.ok());
+  auto send = [&](const std::vector<uint8_t>& d) { ASSERT_TRUE(sender.send(d)); };
   auto stepUntil = [&](uint64_t& s, auto done) {
     const auto deadline = Clock::now() + 10s;
     while (!done() && Clock::now() < deadline) w.step(s++, Clock::now());
@@ -545,7 +557,6 @@ TEST(ReceiverSource, TakesVerifiedDecisionsFromTheControlSocket) {
   EXPECT_EQ(rejected, 3u);
   EXPECT_EQ(accepted.size(), 1u);
   w.expectRanksAgree();
-  close(fd);
 }
 
 // Over ibverbs a verified decision for a topology written on unbound buffers would end the job at
@@ -564,16 +575,9 @@ TEST(ReceiverSource, RefusesATopologyTheTransportCannotRun) {
       [&](const Decision& d) { unsupported.push_back(d); });
   World w(2, adaptive());
   w.rank(0).addSource(source);
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(receiver.port());
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  auto send = [&](const std::vector<uint8_t>& d) {
-    ASSERT_EQ(sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
-              ssize_t(d.size()));
-  };
+  ControlSender sender(receiver.port());
+  ASSERT_TRUE(sender.ok());
+  auto send = [&](const std::vector<uint8_t>& d) { ASSERT_TRUE(sender.send(d)); };
   uint64_t s = 0;
   auto stepUntil = [&](auto done) {
     const auto deadline = Clock::now() + 10s;
@@ -596,7 +600,6 @@ TEST(ReceiverSource, RefusesATopologyTheTransportCannotRun) {
   ASSERT_TRUE(stepUntil([&] { return w.applied(1).count(2) == 1; }));
   EXPECT_EQ(w.rank(1).config(), (ConfigWord{2, Topology::kBcube, PinMode::kNone}));
   w.expectRanksAgree();
-  close(fd);
 }
 
 // Over ibverbs the transport runs halving-doubling and bcube only: draws never name another.
