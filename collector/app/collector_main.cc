@@ -21,6 +21,7 @@
 #include "collector/app/privilege.h"
 #include "collector/app/self_metrics.h"
 #include "collector/controller/controller_service.h"
+#include "collector/controller/nccl_controller.h"
 #include "collector/discovery/rank_discovery.h"
 #include "collector/export/metrics_server.h"
 #include "collector/export/window_collectable.h"
@@ -310,6 +311,42 @@ int run(int argc, char** argv) {
     listeners.push_back({"controller", [&](int64_t now) { steering->onStep(*store, now); }});
   }
 
+  // The NCCL controller answers each plugin rank at its hello's address, from the ingest port.
+  std::unique_ptr<controller::NcclController> nccl_steering;
+  std::vector<controller::NcclSender> nccl_senders;
+  uint64_t nccl_senders_version = ~uint64_t(0);
+  if (cfg.nccl_control) {
+    controller::NcclControllerConfig nc;
+    nc.mode = *controller::parseControlMode(cfg.control_mode);
+    nc.secret_file = cfg.secret_path;
+    nc.job = cfg.job;
+    nc.decisions_log = cfg.decisions_log;
+    nc.writer = cfg.ingest_threads + 1;  // the main thread's writer, shared with --control
+    nccl_steering = controller::NcclController::create(
+        nc, store.get(),
+        [&udp](const SocketAddress& to, std::span<const uint8_t> d, std::string& err) {
+          return udp->sendTo(to, d, err);
+        },
+        error);
+    if (!nccl_steering) {
+      std::fprintf(stderr, "bpftrain-collector: --nccl-control: %s\n", error.c_str());
+      return 2;
+    }
+    health.controller_enabled = 1;
+    logf(LogLevel::kInfo, "controller", "NCCL controller on, mode %s%s%s", cfg.control_mode.c_str(),
+         cfg.decisions_log.empty() ? "" : ", decisions log ", cfg.decisions_log.c_str());
+    listeners.push_back({"nccl-controller", [&](int64_t now) {
+                           if (const uint64_t v = registry.version(); v != nccl_senders_version) {
+                             nccl_senders_version = v;
+                             nccl_senders.clear();
+                             for (const ingest::Sender& s : registry.snapshot())
+                               if (s.nccl)
+                                 nccl_senders.push_back({s.job, s.rank, s.world, s.address});
+                           }
+                           nccl_steering->onStep(*store, nccl_senders, now);
+                         }});
+  }
+
   // Least privilege (privilege.h): sockets, probes and log files are set up, so give up root
   // and keep only the capabilities the probes still use.
   {
@@ -405,9 +442,10 @@ int run(int argc, char** argv) {
       note(restart, "bpf targets");
     if (fresh.discover != cfg.discover || fresh.discover_max_jobs != cfg.discover_max_jobs)
       note(restart, "discovery");
-    if (fresh.control != cfg.control || fresh.policy != cfg.policy ||
-        fresh.secret_path != cfg.secret_path || fresh.control_mode != cfg.control_mode ||
-        fresh.trainer != cfg.trainer || fresh.job != cfg.job)
+    if (fresh.control != cfg.control || fresh.nccl_control != cfg.nccl_control ||
+        fresh.policy != cfg.policy || fresh.secret_path != cfg.secret_path ||
+        fresh.control_mode != cfg.control_mode || fresh.trainer != cfg.trainer ||
+        fresh.job != cfg.job)
       note(restart, "controller");
     // Keep what needs a restart as it runs, so a second SIGHUP reports it again.
     cfg.log_level = fresh.log_level;

@@ -277,6 +277,13 @@ const std::map<std::string, Setting>& settings() {
                                                            c.log_level = *l;
                                                            return {};
                                                          }}},
+      {"nccl_control",
+       {true, false,
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           c.nccl_control = v == "true";
+                                                           return {};
+                                                         }}},
   };
   return table;
 }
@@ -500,6 +507,8 @@ const char* collectorUsage() {
          "exit\n"
          "  --control[=act|advise] --policy rules|bandit --secret FILE   run the controller\n"
          "  --trainer HOST:PORT    trainer rank 0's control port (127.0.0.1:9472)\n"
+         "  --nccl-control         steer NCCL jobs' algorithm and protocol through the tuner\n"
+         "                         plugin (--secret, --control-mode, --decisions-log, --job)\n"
          "  --job NAME             job to steer (default: the first job seen)\n"
          "  --decisions-log FILE   controller decisions as JSON lines\n"
          "  --features-log FILE    what the controller saw, a JSON line every 2 s\n"

@@ -24,6 +24,7 @@ struct CollectorConfig {
   std::chrono::nanoseconds step = std::chrono::milliseconds(500);
   bool no_bpf = false;
   bool control = false;
+  bool nccl_control = false;  // --nccl-control: steer NCCL jobs' tuner plugins (same secret, mode)
   std::string policy = "rules";         // rules|bandit
   std::optional<HostPort> upstream;     // parent collector
   std::string secret_path;              // HMAC key for control decisions

@@ -50,7 +50,8 @@ void Dispatcher::tick(int64_t now_ns) {
   options_.statsd_state->refreshSets(store_, writer_, now_ns);
 }
 
-void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns) {
+void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns,
+                                const SocketAddress* from) {
   IngestStats::bump(stats_.datagrams);
   IngestStats::bump(stats_.bytes, datagram.size());
   // The store expired idle series (--series-ttl): cached ids may name them, so look up again.
@@ -72,7 +73,9 @@ void Dispatcher::handleDatagram(std::span<const uint8_t> datagram, int64_t now_n
     std::erase_if(senders_, [&](const auto& e) { return !registry_.labelsOf(e.first, job, rank); });
   }
   if (datagram.size() >= 4 && wire::getU32(datagram.data()) == wire::kMagic) {
+    from_ = from;
     handleBinary(datagram, now_ns);
+    from_ = nullptr;
   } else {
     handleStatsd(std::string_view(reinterpret_cast<const char*>(datagram.data()), datagram.size()),
                  now_ns);
@@ -122,7 +125,7 @@ void Dispatcher::handleHello(const wire::FrameView& frame, int64_t now_ns) {
     stats_.error(fromWire(e));
     return;
   }
-  if (!registry_.update(frame.header.sender_id, hello, now_ns)) {
+  if (!registry_.update(frame.header.sender_id, hello, now_ns, from_)) {
     stats_.drop(DropReason::kRegistryFull);
     return;
   }
@@ -253,6 +256,7 @@ void Dispatcher::handleLabelled(const wire::FrameView& frame, int64_t now_ns) {
     return;
   }
   trackSequence(*s, frame.header.sequence);
+  if (!s->nccl_marked) s->nccl_marked = registry_.markNccl(frame.header.sender_id);
   uint64_t accepted = 0;
   size_t offset = 0;
   std::array<char, 2 * wire::kMaxNameLength + 8 + wire::kMaxLabels*(wire::kMaxLabelValueLength + 1)>

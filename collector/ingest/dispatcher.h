@@ -41,7 +41,9 @@ class Dispatcher {
              DispatchOptions options = {});
 
   // One datagram: binary frames when it starts with the wire magic, StatsD lines otherwise.
-  void handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns);
+  // `from` (may be null) is where it came from; hellos record it in the registry.
+  void handleDatagram(std::span<const uint8_t> datagram, int64_t now_ns,
+                      const SocketAddress* from = nullptr);
 
   size_t cachedSenders() const { return senders_.size(); }
 
@@ -63,6 +65,7 @@ class Dispatcher {
     int pinning = -1;
     uint32_t last_sequence = 0;
     bool sequence_valid = false;
+    bool nccl_marked = false;  // the registry knows it sends labelled samples
   };
 
   struct StatsdEntry {
@@ -95,7 +98,8 @@ class Dispatcher {
   KeyTable<StatsdEntry> statsd_;
   KeyTable<window::SeriesId> labelled_;  // "job|rank|metric|label values" of labelled samples
   int64_t last_tick_step_ = 0;
-  StatsdLine line_;            // reused parse output
+  const SocketAddress* from_ = nullptr;  // the source of the datagram being handled
+  StatsdLine line_;                      // reused parse output
   uint64_t expiry_epoch_ = 0;  // the store's expiryEpoch() the cached ids were looked up under
   std::array<char, 2 * kMaxStatsdNameLength +
                        kMaxStatsdTags*(kMaxStatsdNameLength + kMaxStatsdTagValueLength + 2) +

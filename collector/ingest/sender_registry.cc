@@ -1,8 +1,11 @@
 #include "collector/ingest/sender_registry.h"
 
+#include <cstring>
+
 namespace bpftrain::collector::ingest {
 
-bool SenderRegistry::update(uint64_t sender_id, const wire::HelloView& hello, int64_t now_ns) {
+bool SenderRegistry::update(uint64_t sender_id, const wire::HelloView& hello, int64_t now_ns,
+                            const SocketAddress* from) {
   std::lock_guard lock(mutex_);
   auto it = senders_.find(sender_id);
   if (it == senders_.end()) {
@@ -13,6 +16,12 @@ bool SenderRegistry::update(uint64_t sender_id, const wire::HelloView& hello, in
   }
   Sender& s = it->second;
   s.last_seen_ns = now_ns;
+  if (from != nullptr && from->length > 0 &&
+      (from->length != s.address.length ||
+       std::memcmp(&from->storage, &s.address.storage, from->length) != 0)) {
+    s.address = *from;
+    ++version_;
+  }
   // Hellos repeat every few seconds; only a real change bumps the version so the loader can skip
   // re-targeting when nothing moved.
   bool changed = s.job != hello.job || s.node != hello.node || s.rank != hello.rank ||
@@ -29,6 +38,17 @@ bool SenderRegistry::update(uint64_t sender_id, const wire::HelloView& hello, in
   s.tids.resize(hello.tidCount());
   for (size_t i = 0; i < hello.tidCount(); ++i) s.tids[i] = pid_t(hello.tid(i));
   ++version_;
+  return true;
+}
+
+bool SenderRegistry::markNccl(uint64_t sender_id) {
+  std::lock_guard lock(mutex_);
+  auto it = senders_.find(sender_id);
+  if (it == senders_.end()) return false;
+  if (!it->second.nccl) {
+    it->second.nccl = true;
+    ++version_;
+  }
   return true;
 }
 

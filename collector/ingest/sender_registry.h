@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/wire_format.h"
 
 namespace bpftrain::collector::ingest {
@@ -25,6 +26,10 @@ struct Sender {
   pid_t pid = 0;
   std::vector<pid_t> tids;
   int64_t last_seen_ns = 0;
+  // Where its hello came from (length 0: unknown, e.g. a test feeding the dispatcher directly):
+  // the NCCL controller answers a plugin there, on the socket its frames leave from.
+  SocketAddress address;
+  bool nccl = false;  // it sent labelled samples: an NCCL plugin rank (plugins/nccl)
 };
 
 class SenderRegistry {
@@ -32,7 +37,10 @@ class SenderRegistry {
   explicit SenderRegistry(size_t max_senders = 100'000) : max_senders_(max_senders) {}
 
   // Returns false when the registry is full (the hello is counted as dropped by the caller).
-  bool update(uint64_t sender_id, const wire::HelloView& hello, int64_t now_ns);
+  bool update(uint64_t sender_id, const wire::HelloView& hello, int64_t now_ns,
+              const SocketAddress* from = nullptr);
+  // Marks a sender that sent labelled samples (the NCCL plugin's frames); false if unknown.
+  bool markNccl(uint64_t sender_id);
   // Labels of a sender seen in a samples frame; false if it never said hello.
   bool labelsOf(uint64_t sender_id, std::string& job, std::string& rank) const;
 

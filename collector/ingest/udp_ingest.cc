@@ -111,6 +111,19 @@ std::unique_ptr<UdpIngest> UdpIngest::start(const UdpIngestOptions& options,
 
 UdpIngest::~UdpIngest() { stop(); }
 
+bool UdpIngest::sendTo(const SocketAddress& to, std::span<const uint8_t> datagram,
+                       std::string& error) {
+  if (workers_.empty() || to.length == 0) {
+    error = "no ingest socket or no address to send to";
+    return false;
+  }
+  ssize_t n =
+      sendto(workers_[0]->fd, datagram.data(), datagram.size(), MSG_DONTWAIT, to.get(), to.length);
+  if (n == ssize_t(datagram.size())) return true;
+  error = "send to " + to.str() + ": " + (n < 0 ? std::strerror(errno) : "short write");
+  return false;
+}
+
 void UdpIngest::stop() {
   stopping_.store(true);
   for (auto& w : workers_) {
@@ -128,9 +141,12 @@ void UdpIngest::run(Worker& w) {
   mmsghdr msgs[kBatch];
   iovec iovs[kBatch];
   alignas(cmsghdr) char control[kBatch][CMSG_SPACE(sizeof(uint32_t))];
+  SocketAddress from[kBatch];
   auto reset = [&](int i) {
     iovs[i] = iovec{storage.data() + size_t(i) * kBufferSize, kBufferSize};
     msgs[i].msg_hdr = msghdr{};
+    msgs[i].msg_hdr.msg_name = &from[i].storage;
+    msgs[i].msg_hdr.msg_namelen = sizeof from[i].storage;
     msgs[i].msg_hdr.msg_iov = &iovs[i];
     msgs[i].msg_hdr.msg_iovlen = 1;
     msgs[i].msg_hdr.msg_control = control[i];
@@ -164,10 +180,11 @@ void UdpIngest::run(Worker& w) {
       if (h.msg_flags & MSG_TRUNC) {
         w.stats->error(DecodeReason::kOversized);
       } else {
+        from[i].length = h.msg_namelen;
         w.dispatcher->handleDatagram(
             std::span<const uint8_t>(static_cast<const uint8_t*>(iovs[i].iov_base),
                                      msgs[i].msg_len),
-            now);
+            now, &from[i]);
       }
       reset(i);
     }

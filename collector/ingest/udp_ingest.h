@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,10 @@ class UdpIngest {
 
   void stop();
   uint16_t port() const { return port_; }
+  // Sends one datagram from the ingest port (thread 0's socket), so that a plugin whose socket
+  // is connected to that port accepts it (the NCCL controller's decisions). Never blocks; false
+  // with `error` set when it did not leave.
+  bool sendTo(const SocketAddress& to, std::span<const uint8_t> datagram, std::string& error);
   int rcvbufBytes() const { return rcvbuf_bytes_; }  // what the kernel granted (per socket)
   bool rcvbufForced() const { return rcvbuf_forced_; }
   int threads() const { return int(workers_.size()); }
