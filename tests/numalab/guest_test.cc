@@ -466,9 +466,10 @@ TEST_F(NumalabGuestTest, HintFaultsRemoteVersusLocal) {
 // bpftrain-train --ranks 2 --pin numa binds rank r's threads to node r's CPUs and its model and
 // gradient buffers to node r (hwloc_set_area_membind, BIND + STRICT + MIGRATE; docs/trainer.md):
 // those buffers' pages are all on node r. The rank's other anonymous pages (heap, dataset, Gloo's
-// buffers, stacks) are moved there on the switch and new ones prefer it (pinner.cc): >= 90% of
-// all its anonymous pages (64-99% before that, 93.4-100% since). The same run with --pin none is
-// measured alongside and binds nothing.
+// buffers, stacks) and the copies it made of its libraries' data and RELRO pages are moved there on
+// the switch, and new ones prefer it (pinner.cc, copied_pages.cc): >= 95% of all its anonymous
+// pages (64-99% before the anonymous mappings moved, 93.4-100% before the copied pages did, 100.0%
+// in 5 of 5 runs since). The same run with --pin none is measured alongside and binds nothing.
 TEST_F(NumalabGuestTest, PinNumaKeepsEachRanksBuffersOnItsNode) {
   const char* train = "/bin/bpftrain-train";
   if (access(train, X_OK) != 0)
@@ -476,6 +477,7 @@ TEST_F(NumalabGuestTest, PinNumaKeepsEachRanksBuffersOnItsNode) {
         "bpftrain-train is not in the guest (configure with the trainer)");
   struct Sample {
     std::map<int, long> all, bound;  // node -> anonymous pages; of those, in mappings bound to rank
+    std::string numa_maps;           // the text they came from, shown when a rank falls short
   };
   auto pages = [](const std::map<int, long>& per_node) {
     long sum = 0;
@@ -503,7 +505,8 @@ TEST_F(NumalabGuestTest, PinNumaKeepsEachRanksBuffersOnItsNode) {
            std::chrono::steady_clock::now() < deadline) {
       const auto ranks = rankPids(launcher);
       for (const auto& [rank, pid] : ranks) {
-        Sample sample{anonPagesPerNode(pid), anonPagesPerNode(pid, rank)};
+        Sample sample{anonPagesPerNode(pid), anonPagesPerNode(pid, rank),
+                      readAll("/proc/" + std::to_string(pid) + "/numa_maps")};
         if (sample.all.empty()) continue;  // gone meanwhile
         // A rank frees its buffers before it exits: keep the sample with the most bound pages.
         if (!seen.count(rank) || pages(sample.bound) >= pages(seen[rank].bound))
@@ -532,11 +535,18 @@ TEST_F(NumalabGuestTest, PinNumaKeepsEachRanksBuffersOnItsNode) {
       if (mode == "numa") {
         EXPECT_GT(bound, 0) << "rank " << rank << ": no mapping bound to node " << rank;
         EXPECT_GE(double(at(sample.bound, rank)), 0.95 * double(bound)) << "rank " << rank;
-        // The rest of the rank (heap, dataset, Gloo's buffers, stacks) is moved by the anonymous
-        // placement (pinner.cc). Measured: 100.0/100.0, 100.0/99.8, and twice 94.2/93.4 (about
-        // 245 pages of each rank left on the other node, not yet explained), so 90% is asserted
-        // and the 95% is not met in every run (docs/numalab.md).
-        EXPECT_GE(double(at(sample.all, rank)), 0.90 * double(all)) << "rank " << rank;
+        // The rest of the rank (heap, dataset, Gloo's buffers, stacks, the libraries' copied
+        // data pages) is moved by the anonymous placement (pinner.cc).
+        EXPECT_GE(double(at(sample.all, rank)), 0.95 * double(all)) << "rank " << rank;
+        if (double(at(sample.all, rank)) < 0.95 * double(all)) {
+          // Which mappings hold the pages that are elsewhere: their policy, kind and counts (this
+          // is how the libraries' copied pages were found: "file=... anon=N", 245 per rank).
+          std::istringstream lines(sample.numa_maps);
+          for (std::string line; std::getline(lines, line);)
+            if (line.find(" anon=") != std::string::npos &&
+                line.find(" N" + std::to_string(1 - rank) + "=") != std::string::npos)
+              std::printf("  rank %d remote: %s\n", rank, line.c_str());
+        }
       } else {
         EXPECT_EQ(bound, 0) << "--pin none bound memory of rank " << rank;
       }
@@ -549,7 +559,7 @@ TEST_F(NumalabGuestTest, PinNumaKeepsEachRanksBuffersOnItsNode) {
 // so that hinting faults still happen, and no page leaves node 1) has whichever rank runs on node
 // 0 fault on remote memory. The collector in the guest (probes, rules policy, --control) moves it
 // to `numa` for the cross-node signal, and the remote hinting-fault rate falls once the ranks are
-// on their nodes with their pages moved there (pinner.cc: migrate_pages).
+// on their nodes with their pages moved there (pinner.cc: mbind MPOL_MF_MOVE, copied_pages.cc).
 TEST_F(NumalabGuestTest, ControllerMovesAMisplacedRunToNumaAndRemoteFaultsFall) {
   const std::string train = "/bin/bpftrain-train", collector = "/bin/bpftrain-collector";
   if (access(train.c_str(), X_OK) != 0 || access(collector.c_str(), X_OK) != 0)

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <utility>
 
+#include "trainer/pinning/copied_pages.h"
+
 namespace bpftrain::trainer::pinning {
 
 struct Pinner::Impl {
@@ -179,6 +181,7 @@ void Pinner::placeAnonymousMemory(int node) {
   }
   // Read it all first: mbind splits and merges mappings, which would shift a file read in pieces.
   std::vector<std::pair<uintptr_t, uintptr_t>> anon;
+  std::vector<AddressRange> copied;  // private, not executable file mappings: data and RELRO
   char line[512];
   while (std::fgets(line, sizeof line, maps) != nullptr) {
     unsigned long start = 0, end = 0, inode = 0;
@@ -190,6 +193,8 @@ void Pinner::placeAnonymousMemory(int node) {
         inode == 0 && (where.empty() || where == "[heap]" || where.rfind("[stack", 0) == 0 ||
                        where.rfind("[anon:", 0) == 0);
     if (anonymous && perms[0] == 'r' && perms[1] == 'w') anon.emplace_back(start, end);
+    if (!anonymous && inode != 0 && perms[0] == 'r' && perms[2] != 'x' && perms[3] == 'p')
+      copied.push_back({start, end});
   }
   std::fclose(maps);
   for (const auto& [start, end] : anon) {
@@ -199,6 +204,14 @@ void Pinner::placeAnonymousMemory(int node) {
                 node >= 0 ? kMaxNodes : 0, flags) != 0 &&
         errno != EFAULT && errno != ENOMEM)  // unmapped meanwhile
       last_migrate_error_ = errno;
+  }
+  // The libraries' copied pages (their data and RELRO sections, relocated by the loader before
+  // the rank was pinned): about 245 pages per rank, 6% of its anonymous memory, stayed on the
+  // node the rank started on in two of six numalab runs until these moved too.
+  if (node >= 0) {
+    long moved = 0;
+    const int error = moveCopiedFilePages(copied, node, moved);
+    if (error != 0 && error != ENOENT && last_migrate_error_ == 0) last_migrate_error_ = error;
   }
   anon_node_ = node;
 }
