@@ -128,14 +128,25 @@ NcclChoice NcclPolicy::decide(const NcclObservation& o, int64_t now_ns) {
     if (!s.excluded && s.n >= config_.trial_steps &&
         (best == nullptr || s.sum / s.n < best->sum / best->n))
       best = &s;
-  if (best == nullptr || best->arm == o.in_force) return d;
-  const double best_mean = best->sum / best->n;
-  if (!cur.excluded && best_mean >= meanSeconds(o.in_force) * (1 - config_.switch_margin)) return d;
+  if (best == nullptr) return d;
+  // A pair must beat NCCL's own choice by the margin; otherwise NCCL's choice (which may differ
+  // by size) is the answer and no decision is in force.
+  NcclArm target = best->arm;
+  const double nccl_mean = meanSeconds(NcclArm{});
+  if (!target.isNccl() && readings(NcclArm{}) >= config_.trial_steps &&
+      best->sum / best->n >= nccl_mean * (1 - config_.switch_margin))
+    target = NcclArm{};
+  if (target == o.in_force) return d;
+  const double target_mean = meanSeconds(target);
+  // Back to NCCL's choice needs no margin; between two pairs, the margin holds again.
+  if (!target.isNccl() && !cur.excluded && !o.in_force.isNccl() &&
+      target_mean >= meanSeconds(o.in_force) * (1 - config_.switch_margin))
+    return d;
   d.change = true;
-  d.to = best->arm;
+  d.to = target;
   d.reason = "exploit";
   std::snprintf(buf, sizeof buf, "%s at %.3f ms per collective beats %s at %.3f%s",
-                ncclArmName(best->arm).c_str(), best_mean * 1e3, ncclArmName(o.in_force).c_str(),
+                ncclArmName(target).c_str(), target_mean * 1e3, ncclArmName(o.in_force).c_str(),
                 meanSeconds(o.in_force) * 1e3, cur.excluded ? " (not followed)" : "");
   d.detail = buf;
   return d;
