@@ -1,7 +1,9 @@
 // The two wire kinds the NCCL plugins added (docs/wire-format.md): labelled samples (5) round
 // trip and reach the store under job, rank and the catalogue's other labels; malformed ones are
 // counted by reason and store nothing; NCCL tuner decisions (6) sign, verify and decode, and the
-// collector's ingest drops them as unexpected.
+// collector's ingest drops them as unexpected; hellos keep their source address (where the
+// NCCL controller answers) and labelled samples mark the sender as an NCCL plugin rank.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -205,6 +207,37 @@ TEST_F(NcclDispatchTest, NcclDecisionsSignVerifyAndAreNotIngested) {
   EXPECT_EQ(wire::decodeNcclControl(fv, out), wire::DecodeError::kTruncated);
   send(buf);
   EXPECT_EQ(dropped(DropReason::kUnexpectedKind), 1u);
+}
+
+// The NCCL controller answers a plugin at its hello's source address and only steers senders
+// whose frames say they are NCCL plugin ranks (labelled samples).
+TEST_F(NcclDispatchTest, HellosKeepTheSourceAddressAndLabelledSamplesMarkNcclRanks) {
+  SocketAddress from;
+  auto* in = reinterpret_cast<sockaddr_in*>(&from.storage);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(40123);
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  from.length = sizeof(sockaddr_in);
+  const std::vector<uint8_t> h = hello(7, "llm", 1);
+  d_.handleDatagram(h, 1000, &from);
+  d_.handleDatagram(hello(8, "trainer", 0), 1000);  // a trainer rank: no labelled samples
+  auto find = [&](uint64_t id) {
+    for (const Sender& s : registry_.snapshot())
+      if (s.sender_id == id) return s;
+    return Sender{};
+  };
+  EXPECT_EQ(find(7).address.str(), "127.0.0.1:40123");
+  EXPECT_FALSE(find(7).nccl);
+  const uint64_t version = registry_.version();
+  send(frame(7, 1, {record(LabelledMetricId::kNcclTunerCalls, 10, {"any"})}));
+  EXPECT_TRUE(find(7).nccl);
+  EXPECT_GT(registry_.version(), version);
+  EXPECT_FALSE(find(8).nccl);
+  EXPECT_EQ(find(8).address.length, 0u);
+  // A new source port (the rank's process restarted its socket) replaces the old one.
+  in->sin_port = htons(40124);
+  d_.handleDatagram(h, 2000, &from);
+  EXPECT_EQ(find(7).address.str(), "127.0.0.1:40124");
 }
 
 }  // namespace
