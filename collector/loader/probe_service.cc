@@ -77,7 +77,7 @@ struct Slot {
   std::vector<uint32_t> tgids;
   uint64_t cgroup_id = 0;
   std::map<uint32_t, std::vector<LinkPtr>> target_links;  // per tgid (USDT)
-  // Discovered ranks' series: allowed to expire once the slot is released (the rank exited).
+  // The series this slot looked up: allowed to expire once no slot holds them (the rank left).
   std::vector<SeriesId> series;
 };
 
@@ -165,6 +165,9 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
   bool discovered_changed_ = false;
   int64_t poll_now_ns_ = 0;
   std::vector<uint64_t> percpu_buffer_;
+  std::map<SeriesId, uint32_t> holders_;  // how many slots hold each series (Slot::series)
+  std::set<std::string> untraced_;        // targets left out at the last sync (slots full)
+  int64_t untraced_logged_ns_ = 0;
   uint64_t targets_dropped_ = 0, targets_dropped_reported_ = 0;
   SeriesId targets_dropped_id_ = kUnset;
   uint32_t generation_ = 1;  // the objects' initial targets_generation
@@ -302,11 +305,18 @@ void ProbeServiceImpl::attachProbes() {
 
 void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
   std::map<std::string, WantedTarget> wanted;
+  // One slot per process: the kernel counts by tgid, so a process announced by several senders
+  // (simulated ranks, one loadgen with 50 workers) counts under its lowest sender id; slots of the
+  // others would only hold zeros, and 50 of them per short job used up the slots.
+  std::map<pid_t, const ingest::Sender*> by_pid;
   for (const auto& s : senders) {
     if (s.pid <= 0) continue;
-    wanted["s" + std::to_string(s.sender_id) + ":" + std::to_string(s.pid)] =
-        WantedTarget{s.job, std::to_string(s.rank), {static_cast<uint32_t>(s.pid)}, 0, s.node};
+    auto [it, fresh] = by_pid.emplace(s.pid, &s);
+    if (!fresh && s.sender_id < it->second->sender_id) it->second = &s;
   }
+  for (const auto& [pid, s] : by_pid)
+    wanted["s" + std::to_string(s->sender_id) + ":" + std::to_string(pid)] =
+        WantedTarget{s->job, std::to_string(s->rank), {static_cast<uint32_t>(pid)}, 0, s->node};
   for (size_t i = 0; i < options_.pids.size(); ++i) {
     if (options_.pids[i] <= 0) continue;
     // A --pid that is also a registered rank keeps the rank's labels.
@@ -346,16 +356,33 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
     if (it->second.tgids != slots_[i].tgids) retarget(i, it->second);
   }
   size_t next = 1;
+  std::set<std::string> untraced;
+  size_t newly_untraced = 0;
   for (const auto& [key, target] : wanted) {
     if (present.count(key)) continue;
     while (next < slots_.size() && (slots_[next].used || slots_[next].retired)) ++next;
     if (next >= slots_.size()) {
-      ++targets_dropped_;
-      std::fprintf(stderr, "bpftrain: more than %d BPF targets: %s not traced\n",
-                   BPFTRAIN_MAX_SLOTS - 1, key.c_str());
+      // Counted once per target, not once per sync: a target left out stays wanted (and is
+      // looked at again) on every registry change until a slot frees up or it leaves.
+      untraced.insert(key);
+      if (!untraced_.count(key)) ++newly_untraced;
       continue;
     }
     assignSlot(next, key, target);
+  }
+  untraced_ = std::move(untraced);
+  if (newly_untraced > 0) {
+    targets_dropped_ += newly_untraced;
+    // At most one line a minute: jobs coming and going past the slot limit would otherwise write
+    // a line per target, and a collector whose stderr is not drained fast blocks on it.
+    if (untraced_logged_ns_ == 0 || poll_now_ns_ - untraced_logged_ns_ >= 60'000'000'000) {
+      std::fprintf(stderr,
+                   "bpftrain: more than %d BPF targets: %zu not traced (%s among them; "
+                   "bpftrain_probe_targets_dropped_total counts each, this line repeats at most "
+                   "once a minute)\n",
+                   BPFTRAIN_MAX_SLOTS - 1, untraced_.size(), untraced_.begin()->c_str());
+      untraced_logged_ns_ = poll_now_ns_;
+    }
   }
   publishTargets();
 }
@@ -397,7 +424,11 @@ void ProbeServiceImpl::releaseSlot(size_t index) {
       clean = false;
     }
   slot.target_links.clear();
-  for (SeriesId id : slot.series) store_->setExpires(id, true);
+  for (SeriesId id : slot.series)
+    if (auto it = holders_.find(id); it != holders_.end() && --it->second == 0) {
+      holders_.erase(it);
+      store_->setExpires(id, true);
+    }
   // Zero the slot's counters so that its next owner starts from nothing.
   for (auto& loaded : loaded_) {
     if (!loaded.object) continue;
@@ -497,12 +528,15 @@ SeriesId ProbeServiceImpl::series(uint32_t slot, const metrics::MetricDef& metri
   std::copy(extra.begin(), extra.end(), labels + 2);
   const SeriesId id =
       window::lookupMetric(*store_, metric, std::span<const Label>(labels, 2 + extra.size()));
-  if (!all && id != window::kRejectedSeries && slots_[slot].key.starts_with("d")) {
-    // A rank that exited and came back (a torchrun restart) finds its series again: kept while
-    // the slot holds it, released with the slot.
-    store_->setExpires(id, false);
+  if (!all && id != window::kRejectedSeries) {
+    // Kept while a slot caches the id, free to expire (--series-ttl) once the last slot holding
+    // it is released: ranks of jobs that ended leave the store; a rank that exited and came back
+    // (a torchrun restart) finds its series again if it returns within the TTL.
     std::vector<SeriesId>& held = slots_[slot].series;
-    if (std::find(held.begin(), held.end(), id) == held.end()) held.push_back(id);
+    if (std::find(held.begin(), held.end(), id) == held.end()) {
+      held.push_back(id);
+      if (holders_[id]++ == 0) store_->setExpires(id, false);
+    }
   }
   return id;
 }

@@ -25,6 +25,7 @@
 #include "collector/ingest/sender_registry.h"
 #include "collector/window/series_store.h"
 #include "common/clock.h"
+#include "common/metric_catalogue.h"
 #include "tests/bpf/workloads.h"
 #include "tests/support/loopback.h"
 #include "tests/support/requirements.h"
@@ -426,6 +427,79 @@ TEST_F(ProbeServiceTest, DtlbMissesCountedWhereThePmuHasTheEvent) {
   // Random reads over 64k pages of 4 KiB miss the dTLB nearly every time; a sample is 1000
   // misses, so even a tenth of them is 200 samples.
   EXPECT_GE(misses, kAccesses / 10);
+}
+
+// Bounded memory with probes (issue 14): short jobs come and go as the soak runs them -- every
+// process announced by two senders (simulated ranks sharing a pid), 150 processes a round, 300
+// senders, more than the 255 target slots -- and once their senders are forgotten and the TTL
+// has passed, the store holds exactly the series it held before the first job. The store keeps
+// probe series as the collector configures it (only trainer series expire by default), so the
+// ones that leave are those the loader lets go with their slots.
+TEST_F(ProbeServiceTest, ShortJobsSeriesLeaveWithTheirSlotsAndSharedPidsTakeOneSlot) {
+  constexpr int kRounds = 3, kProcesses = 150, kPages = 16;
+  window::WindowConfig config;
+  config.window = 1s;
+  config.step = 100ms;
+  config.series_ttl = 300ms;
+  config.keep = [](std::string_view name) {
+    const metrics::MetricDef* def = metrics::find(name);
+    return def && def->source != "trainer";
+  };
+  auto store = window::SeriesStore::create(config);
+  ingest::SenderRegistry registry;
+  std::string error;
+  auto service = ProbeService::create(ProbeOptions{}, *store, 0, error);
+  ASSERT_NE(service, nullptr) << error;
+  service->poll(registry, monotonicNowNs());
+  const size_t baseline = store->seriesCount();
+  auto totalOf = [&](const std::string& name, const LabelMap& labels) {
+    double sum = 0;
+    for (const auto& s : store->snapshot(monotonicNowNs()))
+      if (matches(s, name, labels)) sum += s.total;
+    return sum;
+  };
+  uint64_t sender = 1;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string job = "short-" + std::to_string(round);
+    std::vector<std::unique_ptr<Child>> children;
+    for (int i = 0; i < kProcesses; ++i) {
+      children.push_back(
+          std::make_unique<Child>([] {}, [] { return tests::bpf::touchFreshPages(kPages); }));
+      ASSERT_TRUE(children.back()->ready(5s));
+      wire::HelloView hello;
+      hello.job = job;
+      hello.node = "node-a";
+      hello.world = 2 * kProcesses;
+      hello.pid = static_cast<uint32_t>(children.back()->pid());
+      for (uint32_t rank : {uint32_t(i), uint32_t(kProcesses + i)}) {
+        hello.rank = rank;
+        ASSERT_TRUE(registry.update(sender++, hello, monotonicNowNs()));
+      }
+    }
+    service->poll(registry, monotonicNowNs());  // targets them
+    for (auto& child : children) child->go();
+    for (auto& child : children) {
+      int64_t pages = 0;
+      ASSERT_TRUE(child->result(pages, 10s));
+    }
+    service->poll(registry, monotonicNowNs());  // their faults
+    // Every process counted under its first sender's rank; the second sender has no slot.
+    EXPECT_GE(totalOf("bpftrain_page_faults", {{"job", job}}), kProcesses * kPages) << job;
+    EXPECT_EQ(totalOf("bpftrain_page_faults", {{"job", job}, {"rank", std::to_string(kProcesses)}}),
+              0);
+    EXPECT_GT(store->seriesCount(), baseline + kProcesses) << "the round's ranks have series";
+    children.clear();
+    registry.expireIdle(monotonicNowNs() + 1);  // the job ended: its senders are forgotten
+    service->poll(registry, monotonicNowNs());  // releases their slots
+  }
+  EXPECT_EQ(totalOf("bpftrain_probe_targets_dropped", {}), 0) << "one slot per process";
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (store->seriesCount() > baseline && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+    store->expireIdle(monotonicNowNs());
+  }
+  EXPECT_EQ(store->seriesCount(), baseline)
+      << kRounds * kProcesses << " short-lived ranks' series should have left the store";
 }
 
 TEST_F(ProbeServiceTest, UnprivilegedCreateNamesCapabilityAndNoBpf) {
