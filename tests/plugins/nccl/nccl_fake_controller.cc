@@ -1,8 +1,8 @@
-// Plays the collector and the (not yet written) NCCL controller for tools/gpu-check: listens on
-// UDP HOST:PORT where the ranks' plugins send (BPFTRAIN_COLLECTOR), waits for N ranks' hellos
-// and tuner progress, sends each rank one signed decision starting MARGIN calls after the most
-// advanced rank, and reports which algorithm/protocol the profilers saw collectives run with
-// before and after the switch.
+// Plays the collector and a fixed-decision NCCL controller for tools/gpu-check (the collector's
+// own, --nccl-control, chooses the pair by measurement): listens on UDP HOST:PORT where the ranks'
+// plugins send (BPFTRAIN_COLLECTOR), waits for N ranks' hellos and tuner progress, sends each rank
+// one signed decision starting MARGIN calls after the most advanced rank, and reports which
+// algorithm/protocol the profilers saw collectives run with before and after the switch.
 //   nccl_fake_controller PORT RANKS JOB SECRET_FILE ALGORITHM PROTOCOL MARGIN SECONDS
 // ALGORITHM 0..6 (TREE RING COLLNET_DIRECT COLLNET_CHAIN NVLS NVLS_TREE PAT), PROTOCOL 0..2
 // (LL LL128 SIMPLE). Exit 0 when every collective the profilers reported after the switch ran
