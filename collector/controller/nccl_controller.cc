@@ -156,6 +156,7 @@ bool NcclController::sendDecision(CommState& c, const std::vector<const NcclSend
 
 void NcclController::onStep(const window::SeriesStore& store, std::span<const NcclSender> senders,
                             int64_t now_ns) {
+  if (senders.empty()) return;  // no NCCL plugin rank said hello: nothing to read
   std::vector<SeriesSnapshot> snaps = store.snapshot(now_ns);
   // ---- what each communicator's ranks reported
   std::map<std::pair<std::string, std::string>, CommView> views;
@@ -209,12 +210,15 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
     }
     // Every rank of the communicator must report here, or a switch could leave one behind.
     uint32_t world = 0;
-    std::map<uint32_t, const NcclSender*> by_rank;
+    // A rank may have two senders for a while (a restarted process before the old one
+    // expires): both get the decision.
+    std::map<uint32_t, std::vector<const NcclSender*>> by_rank;
     for (const NcclSender& s : senders) {
       if (s.job != job || s.address.length == 0) continue;
       world = std::max(world, s.world);
-      by_rank[s.rank] = &s;
+      by_rank[s.rank].push_back(&s);
     }
+    size_t reporting = 0;
     std::vector<const NcclSender*> to;
     double max_calls = -1, min_calls = -1;
     std::set<double> epochs;
@@ -226,18 +230,19 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
         complete = false;
         continue;
       }
-      to.push_back(s->second);
+      to.insert(to.end(), s->second.begin(), s->second.end());
+      ++reporting;
       max_calls = std::max(max_calls, rv.calls);
       min_calls = min_calls < 0 ? rv.calls : std::min(min_calls, rv.calls);
       epochs.insert(rv.epoch);
     }
-    complete = complete && to.size() == world;
+    complete = complete && reporting == world;
     if (!complete) {
       if (!c.waiting_logged && !to.empty()) {
         std::fprintf(stderr,
                      "NCCL controller: job %s comm %s: %zu of %u ranks report tuner progress here; "
                      "not steering it until all do\n",
-                     job.c_str(), comm.c_str(), to.size(), world);
+                     job.c_str(), comm.c_str(), reporting, world);
         c.waiting_logged = true;
       }
       continue;
@@ -329,7 +334,8 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
                   {"epoch_min", epoch_min},
                   {"epoch_max", epoch_max},
                   {"wall_ns", realtimeNowNs()}});
-        const NcclArm back = p.from;
+        const Pending missed = p;  // p dies with the reset below
+        const NcclArm back = missed.from;
         c.pending.reset();
         if (split) {
           // Ranks disagree: put every one of them on one arm again before NCCL hangs.
@@ -339,9 +345,10 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
               uint64_t(std::ceil(c.calls_per_s * double(config_.lead.count()) * 1e-9)));
           const uint64_t start = uint64_t(max_calls) + lead;
           ++stats_.decisions;
-          count(metrics::kControllerDecisions,
-                {{"from", ncclArmName(p.to)}, {"to", ncclArmName(back)}, {"reason", "recover"}}, 1,
-                now_ns);
+          count(
+              metrics::kControllerDecisions,
+              {{"from", ncclArmName(missed.to)}, {"to", ncclArmName(back)}, {"reason", "recover"}},
+              1, now_ns);
           writeLog({{"event", "decision"},
                     {"mode", controlModeName(config_.mode)},
                     {"policy", "nccl"},
@@ -355,7 +362,7 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
                     {"lead_calls", lead},
                     {"wall_ns", realtimeNowNs()}});
           last_epoch_sent_ = epoch;
-          c.pending = Pending{epoch, p.to, back, start, now_ns, 0, true};
+          c.pending = Pending{epoch, missed.to, back, start, now_ns, 0, true};
           sendDecision(c, to, epoch, start, coll, back, now_ns);
         }
       }
@@ -422,7 +429,7 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
               {"progress_max", max_calls},
               {"lead_calls", lead},
               {"calls_per_s", c.calls_per_s},
-              {"ranks", to.size()},
+              {"ranks", reporting},
               {"seconds_per_collective", arms},
               {"kernel",
                {{"migrations_per_s", migrations},

@@ -77,7 +77,7 @@ struct NcclControllerStats {
   uint64_t send_errors = 0;
   uint64_t applied = 0;
   uint64_t abandoned = 0;
-  uint64_t comms = 0;  // communicators controlled (all ranks reporting here)
+  uint64_t comms = 0;  // steps a communicator was handed to the policy (all its ranks here)
 };
 
 // One collective of one communicator, summed over its ranks since their series were created.
