@@ -93,7 +93,10 @@ int BPF_KPROBE(on_pair_send, void* pair, void* buffer, __u64 offset, __u64 lengt
   c->posted[RDMA_OP_WRITE]++;
   c->write_bytes += length;
   struct pair_state* state = pairOf((__u64)pair, 1);
-  if (!state) return 0;
+  if (!state) {  // the pair map refused a new entry: this write's latency and depth are lost
+    BPFTRAIN_COUNT_LOST();
+    return 0;
+  }
   state->post_ns[state->posted % RDMA_VERBS_RING] = bpf_ktime_get_ns();
   state->posted++;
   __u32 key = (__u32)slot;

@@ -237,14 +237,21 @@ class RingProbeObject : public ProbeObject {
   // The ring's handler: one call per record, while consume() runs.
   virtual void onSample(const Sample& sample) = 0;
 
-  // ProbeObject::openAndLoad, then the stem's `lost` map (counted for the module's first probe)
-  // and its `samples` ring buffer. Hides the base's, so that loadObject<Counts, Object> binds both.
+  // ProbeObject::openAndLoad with the ring sized (ProbeOptions::ring_bytes), then the stem's `lost`
+  // map (counted for the module's first probe) and its `samples` ring buffer. Hides the base's, so
+  // that loadObject<Counts, Object> binds both.
   template <typename Counts, typename Skel, typename... Rodata>
   Status openAndLoad(Skel*& skel, const SkeletonOps<Skel>& ops, std::span<const ProbeDef> defs,
                      const ProbeEnv& env, LoadNotes& notes, std::vector<CounterDef> counters,
                      Rodata&&... rodata) {
-    BPFTRAIN_TRY(ProbeObject::openAndLoad<Counts>(skel, ops, defs, env, notes, std::move(counters),
-                                                  std::forward<Rodata>(rodata)...));
+    BPFTRAIN_TRY(openSkeleton(skel, ops, defs, env, notes));
+    (rodata(skel), ...);
+    if (env.options.ring_bytes)
+      BPFTRAIN_TRY(check("cannot size ring buffer of " + std::string(ops.stem), [&] {
+        return bpf_map__set_max_entries(skel->maps.samples, env.options.ring_bytes);
+      }));
+    BPFTRAIN_TRY(loadSkeleton(skel, ops));
+    BPFTRAIN_TRY(setCounters<Counts>(skel->maps.counts, env, std::move(counters)));
     BPFTRAIN_TRY(setLost(skel->maps.lost, env, 0));
     auto ring = RingReader<Sample>::open(skel->maps.samples, this);
     if (!ring.ok()) return ring.status();

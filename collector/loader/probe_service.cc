@@ -586,8 +586,16 @@ void ProbeServiceImpl::readLossAndStats(int64_t now_ns) {
     for (uint64_t v : per_cpu) total += v;
     if (probe.lost_id == kUnset)
       probe.lost_id = probeSeries(metrics::kProbeEventsLost, probe.def->name);
-    if (total > probe.prev_lost)
+    if (total > probe.prev_lost) {
       record(probe.lost_id, static_cast<double>(total - probe.prev_lost), now_ns);
+      if (probe.prev_lost == 0)  // once per probe: the counter says how many from then on
+        std::fprintf(stderr,
+                     "bpftrain: probe %s lost %llu events (ring buffer or map full); "
+                     "bpftrain_probe_events_lost_total{probe=\"%s\"} counts every one\n",
+                     std::string(probe.def->name).c_str(),
+                     static_cast<unsigned long long>(total - probe.prev_lost),
+                     std::string(probe.def->name).c_str());
+    }
     probe.prev_lost = total;
   }
   if (targets_dropped_ > targets_dropped_reported_) {

@@ -26,6 +26,9 @@ struct ProbeOptions {
   uint64_t tcp_sample_interval_ns = 1'000'000;  // at most one queue-depth sample per socket per ms
   uint64_t pmu_sample_period = 10'000;          // PMU events per BPF run (where a PMU exists)
   std::string rdma_sysfs_root = "/sys/class/infiniband";  // RDMA port counters (tests: a fixture)
+  // Bytes of each ring buffer (a power of 2, at least a page); 0: the object's own (1 MiB). Tests
+  // shrink it to fill a ring and check that every event lost is counted.
+  uint32_t ring_bytes = 0;
 };
 
 struct ProbeStatus {

@@ -372,6 +372,55 @@ TEST_F(ProbeServiceTest, UsdtEventsCountedExactly) {
   EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "rdma_usdt"}}), 0);
 }
 
+// A full ring buffer is never silent (issue 14): with a one-page ring and nobody consuming during
+// a burst, every event the ring could not take is in bpftrain_probe_events_lost_total{probe} --
+// exactly, since the posts and completions are counted apart from the ring (per-CPU counters):
+// delivered samples + lost = 2 x events.
+TEST_F(ProbeServiceTest, FullRingBufferCountsEveryLostEventForItsProbe) {
+  constexpr int kEvents = 5000;
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    execl(BPFTRAIN_USDT_FIRE, BPFTRAIN_USDT_FIRE, std::to_string(kEvents).c_str(), "--wait-stdin",
+          nullptr);
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  char line[64] = {};
+  ASSERT_GT(read(from_child[0], line, sizeof(line) - 1), 0) << "usdt-fire did not start";
+  ProbeOptions options;
+  options.pids = {pid};
+  options.ring_bytes = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  ASSERT_EQ(write(to_child[1], "go\n", 3), 3);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(to_child[1]);
+  close(from_child[0]);
+  service->poll(registry_, monotonicNowNs());
+  const LabelMap who = {{"job", "manual"}, {"rank", "0"}};
+  LabelMap post = who, rdma = who;
+  post["event"] = "post";
+  rdma["transport"] = "rdma";
+  EXPECT_EQ(total("bpftrain_rdma_qp_events", post), kEvents);
+  const uint64_t delivered = series("bpftrain_transport_outstanding_work_requests", rdma).count;
+  const double lost = total("bpftrain_probe_events_lost", {{"probe", "rdma_usdt"}});
+  std::printf("ring of %ld bytes: %llu samples delivered, %.0f lost of %d\n", sysconf(_SC_PAGESIZE),
+              static_cast<unsigned long long>(delivered), lost, 2 * kEvents);
+  EXPECT_GT(delivered, 0u);
+  EXPECT_LT(delivered, 2u * kEvents / 10) << "a page holds a few hundred samples at most";
+  EXPECT_EQ(lost + double(delivered), 2.0 * kEvents);
+  // Other probes lost nothing.
+  EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "tcp"}}), 0);
+}
+
 TEST_F(ProbeServiceTest, PmuProbeDownWithReasonOthersHealthy) {
   ProbeOptions options;
   auto service = start(options);
