@@ -67,7 +67,7 @@ std::unique_ptr<NcclController> NcclController::create(NcclControllerConfig conf
     if (config.secret.empty()) {
       if (config.secret_file.empty()) {
         error =
-            "NCCL controller: --nccl-control needs --secret FILE (the file the ranks' "
+            "needs --secret FILE (the file the ranks' "
             "BPFTRAIN_SECRET_FILE names), or --control-mode advise to only recommend";
         return nullptr;
       }
@@ -76,15 +76,15 @@ std::unique_ptr<NcclController> NcclController::create(NcclControllerConfig conf
       config.secret = *read;
     }
     if (!send) {
-      error = "NCCL controller: no socket to send decisions from";
+      error = "no socket to send decisions from";
       return nullptr;
     }
   }
   if (!config.decisions_log.empty()) {
     c->log_ = std::fopen(config.decisions_log.c_str(), "a");
     if (c->log_ == nullptr) {
-      error = "NCCL controller: cannot open decisions log '" + config.decisions_log +
-              "': " + std::strerror(errno) + " (choose a writable path)";
+      error = "cannot open decisions log '" + config.decisions_log + "': " + std::strerror(errno) +
+              " (choose a writable path)";
       return nullptr;
     }
   }
