@@ -230,12 +230,26 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     congested_steps_ = 0;
     why += fmt(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
   }
-  if (wanted <= level && f.samples_per_s_window > 0) {
+  // A slowdown the links do not show: throughput down and the allreduce's share of the step up
+  // against this rung's calm levels, which stop following while it holds.
+  const bool slow = level < 2 && wanted <= level && calm_samples_ > 0 && calm_share_ >= 0 &&
+                    f.samples_per_s_window > 0 &&
+                    f.samples_per_s_window <= config_.slowdown_fraction * calm_samples_ &&
+                    f.allreduce_share >= calm_share_ + config_.slowdown_share_rise;
+  if (!slow) {
+    slow_since_ns_ = -1;
+  } else if (slow_since_ns_ < 0) {
+    slow_since_ns_ = now_ns;
+  }
+  if (wanted <= level && f.samples_per_s_window > 0 && !slow) {
     constexpr double kCalmAlpha = 0.1;  // ~5 s at 500 ms steps
     calm_samples_ = calm_samples_ <= 0
                         ? f.samples_per_s_window
                         : calm_samples_ + kCalmAlpha * (f.samples_per_s_window - calm_samples_);
+    calm_share_ = calm_share_ < 0 ? f.allreduce_share
+                                  : calm_share_ + kCalmAlpha * (f.allreduce_share - calm_share_);
   }
+  if (slowdown_retry_ns_ < 0) slowdown_retry_ns_ = config_.slowdown_retry_after.count();
 
   // The all-clear for stepping down. With link classes: the link that caused the step up, clear
   // (and the job not severe anywhere). Without: the job's totals below the low thresholds for
@@ -249,7 +263,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       may_descend = classifyTransport(viewOf(ls, Link(trigger_link_)), clear_why) == Signal::kClear;
       clear_why = std::string(linkName(Link(trigger_link_))) + ": " + clear_why;
     }
-  } else if (level > 0) {
+  } else if (level > 0 && !hidden_trigger_) {
+    // (After a kept slowdown probe no signal shows its cause: only the re-probe comes back.)
     may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
     clear_why = why;
   }
@@ -289,7 +304,43 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
                                    2 * (config_.probe_settle + config_.probe_measure).count()) {
     descent_trial_.reset();  // never applied, or moved on
   }
-  if (!slower_why.empty()) {
+  // The slowdown probe's verdict: the higher rung must run faster than the slow one it left.
+  std::string ascent_why;
+  bool ascent_failed = false;
+  if (ascent_trial_ && current.topology == ascent_trial_->to) {
+    DescentTrial& t = *ascent_trial_;
+    const int64_t since = now_ns - t.decided_ns;
+    if (since >= config_.probe_settle.count() && f.samples_per_s > 0) {
+      t.sum += f.samples_per_s;
+      ++t.n;
+    }
+    if (since >= (config_.probe_settle + config_.probe_measure).count() && t.n > 0) {
+      const double after = t.sum / t.n;
+      ascent_failed = after < (1 + config_.slowdown_gain) * t.before;
+      ascent_why =
+          fmt("samples/s %.0f on the higher rung against %.0f on the slow one", after, t.before);
+      if (!ascent_failed) {
+        hidden_trigger_ = true;
+        trigger_link_ = -1;
+        slowdown_retry_ns_ = config_.slowdown_retry_after.count();
+      }
+      ascent_trial_.reset();
+    }
+  } else if (ascent_trial_ && now_ns - ascent_trial_->decided_ns >
+                                  2 * (config_.probe_settle + config_.probe_measure).count()) {
+    ascent_trial_.reset();  // never applied, or moved on
+  }
+  if (ascent_failed) {
+    d.change = true;
+    d.to.topology = ascent_from_;
+    d.reason = "probe_slower";
+    d.detail = ascent_why + fmt("; the slow level is this rung's calm now; next slowdown probe "
+                                "after %.0fs",
+                                double(slowdown_retry_ns_) * 1e-9, 0);
+    slowdown_blocked_until_ns_ = now_ns + slowdown_retry_ns_;
+    slowdown_retry_ns_ =
+        std::min(2 * slowdown_retry_ns_, int64_t(config_.max_slowdown_retry_after.count()));
+  } else if (!slower_why.empty()) {
     d.change = true;
     d.to.topology = descent_trial_from_;
     d.reason = "probe_slower";
@@ -304,6 +355,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
     d.detail = why;
     trigger_link_ = link;
+    hidden_trigger_ = false;
     if (last_descent_ns_ >= 0) {
       if (now_ns - last_descent_ns_ < config_.failed_descent_window.count()) {
         cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
@@ -316,6 +368,19 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
         reprobe_ns_ = config_.reprobe_after.count();
       }
     }
+  } else if (dwell_ok && slow_since_ns_ >= 0 &&
+             now_ns - slow_since_ns_ >= config_.slowdown_hold.count() &&
+             now_ns >= slowdown_blocked_until_ns_) {
+    d.change = true;
+    d.to.topology = topologyAt(level + 1);
+    d.reason = "slowdown";
+    d.detail =
+        fmt("samples/s %.0f against %.0f calm", f.samples_per_s_window, calm_samples_) +
+        fmt(", allreduce share %.2f against %.2f calm, for ", f.allreduce_share, calm_share_) +
+        fmt("%.1fs with no link signal: trying the next rung (kept if %.0f%% faster)",
+            double(now_ns - slow_since_ns_) * 1e-9, config_.slowdown_gain * 100);
+    ascent_trial_ = DescentTrial{topologyAt(level + 1), now_ns, samples_ewma_};
+    ascent_from_ = current.topology;
   } else if (dwell_ok && clear_since_ns_ >= 0 && now_ns - clear_since_ns_ >= hold) {
     d.change = true;
     d.to.topology = topologyAt(level - 1);
@@ -324,7 +389,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.detail = clear_why + fmt(" for %.1fs (hold %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
                                double(hold) * 1e-9);
     last_descent_ns_ = now_ns;
-  } else if (dwell_ok && by_link && level > 0 && signal != Signal::kSevere &&
+  } else if (dwell_ok && (by_link || hidden_trigger_) && level > 0 && signal != Signal::kSevere &&
              now_ns - on_rung_since_ns_ >= reprobe_ns_) {
     // No verdict on the causing link from up here: try the lower rung; its own signals decide
     // within a second or two whether to climb back.
@@ -332,7 +397,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.to.topology = topologyAt(level - 1);
     d.reason = "reprobe";
     startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
-    d.detail = std::string(linkName(Link(trigger_link_))) +
+    d.detail = std::string(trigger_link_ >= 0 ? linkName(Link(trigger_link_)) : "the slowdown") +
                fmt(" cannot be judged on this rung; probing the lower one after %.0fs (every "
                    "%.0fs)",
                    double(now_ns - on_rung_since_ns_) * 1e-9, double(reprobe_ns_) * 1e-9);
@@ -408,9 +473,13 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       on_rung_since_ns_ = now_ns;
       // Another rung, another reference. Stepping down, the lower rung must beat the one it
       // leaves: its congestion counts while it runs no faster than that rung did.
-      calm_samples_ = levelOf(d.to.topology) < level
+      calm_samples_ = levelOf(d.to.topology) < level && !ascent_failed
                           ? samples_ewma_ / config_.congestion_throughput_fraction
                           : -1;
+      // Each rung has its own share of time in the allreduce; back from a failed slowdown
+      // probe, the slow level is the lower rung's calm one (rebuilt from the next steps).
+      calm_share_ = -1;
+      slow_since_ns_ = -1;
     }
     last_switch_ns_ = now_ns;
     congested_steps_ = 0;

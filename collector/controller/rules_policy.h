@@ -8,6 +8,8 @@
 // pattern (its leaders' large inter-host transfers keep RTT high), so without an all-clear the
 // lower rung is re-probed every `reprobe_after`, doubled after each probe that had to climb back
 // (up to `max_reprobe_after`): the failed-descent backoff.
+// A slowdown the links do not show (throughput down, the allreduce's share of the step up) tries
+// the next rung as an A/B trial, kept only when it runs faster; its way back is the re-probe.
 // Pinning is moved once, from none, by migration and cross-node signals.
 #pragma once
 
@@ -90,6 +92,22 @@ struct RulesConfig {
   std::chrono::nanoseconds failed_descent_window = std::chrono::seconds(30);
   std::chrono::nanoseconds max_cooldown = std::chrono::seconds(160);
   std::chrono::nanoseconds min_dwell = std::chrono::seconds(5);
+  // A communication slowdown the transport signals do not show. Measured: host1's uplink at
+  // 2 Gbit/s moved the ring's other_host RTT median only from 0.6-1.5 to 1.6-2.6 ms (under every
+  // threshold) while the allreduce's share of the step rose from 53-58% to 67-71%. So samples/s at
+  // or below slowdown_fraction of the rung's calm level, with the allreduce share up by
+  // slowdown_share_rise over its calm level (a slower CPU lowers that share: compute grows),
+  // for slowdown_hold, tries the next rung (reason `slowdown`). An A/B trial: after probe_settle
+  // its samples/s over probe_measure must reach (1 + slowdown_gain) x the slow rung's, or it
+  // steps back (`probe_slower`), the slow level becomes the rung's calm one, and the next such
+  // probe waits slowdown_retry_after, doubled per failure up to max_slowdown_retry_after. A kept
+  // one comes back down by the re-probe (nothing can show its cause clearing).
+  double slowdown_fraction = 0.8;
+  double slowdown_share_rise = 0.08;
+  std::chrono::nanoseconds slowdown_hold = std::chrono::seconds(3);
+  double slowdown_gain = 0.05;
+  std::chrono::nanoseconds slowdown_retry_after = std::chrono::seconds(20);
+  std::chrono::nanoseconds max_slowdown_retry_after = std::chrono::seconds(160);
   // Pinning: node migrations per second or the remote share of NUMA hint faults -> numa;
   // cpu+llc migrations per second -> compact.
   double node_migrations_per_s = 1.0;
@@ -166,6 +184,14 @@ class RulesPolicy final : public Policy {
   };
   void startDescentTrial(Topology from, Topology to, int64_t now_ns);
   std::optional<DescentTrial> descent_trial_;
+  // The A/B of a slowdown probe: the same measurement upwards (ascent_from_: the slow rung).
+  std::optional<DescentTrial> ascent_trial_;
+  Topology ascent_from_ = Topology::kRing;
+  double calm_share_ = -1;          // this rung's allreduce share while calm (smoothed)
+  int64_t slow_since_ns_ = -1;      // since when the slowdown holds (-1: it does not)
+  int64_t slowdown_retry_ns_ = -1;  // the current wait after a failed slowdown probe
+  int64_t slowdown_blocked_until_ns_ = -1;
+  bool hidden_trigger_ = false;  // this rung was reached by a kept slowdown probe
   Topology descent_trial_from_ = Topology::kRing;
   int64_t pin_blocked_until_ns_ = -1;
   double samples_ewma_ = -1, pin_signal_ewma_[kPinModeCount] = {};
