@@ -1,8 +1,10 @@
 // bpftrain-probe-bench [--reps N] [--quick] [--no-bpftrace]: the probes' cost on event-heavy
-// workloads and a training-like one. Each repetition runs every workload three ways, interleaved:
-// no tracing, bpftrain's probes attached (all of them, targeting this process), and a bpftrace
-// one-liner counting the same tracepoint per pid. Prints wall-time medians, slowdown ratios and
-// BPF run time per event from bpf_stats (kernel.bpf_stats_enabled is on for the whole run).
+// workloads and a training-like one. Each repetition runs every workload five ways, interleaved:
+// no tracing (A), empty programs on the probes' tracepoints (bpf/bench_empty.bpf.c), bpftrain's
+// probes attached (all of them, targeting this process), no tracing again (A', the A/A noise
+// floor), and a bpftrace one-liner counting the same tracepoint per pid. Prints median CPU and
+// wall times as ratios to A, and per probe its BPF run time per event against the empty
+// program's on the same tracepoint in the same run (bpf_stats, on for the whole run).
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <fcntl.h>
@@ -24,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_empty.skel.h"
 #include "collector/ingest/sender_registry.h"
 #include "collector/loader/probe_service.h"
 #include "collector/window/series_store.h"
@@ -85,12 +88,19 @@ int64_t tcpStream(int64_t bytes) {
   return got;
 }
 
+// One probe of ours that a workload exercises and the empty programs on its tracepoints.
+struct ProbeFloor {
+  std::string probe;
+  std::vector<std::string> empties;  // bench_empty program names
+};
+
 struct Workload {
   std::string name;
-  std::string probe;             // our probe that sees its events
-  std::string bpftrace;          // the comparison one-liner
-  std::function<int64_t()> run;  // returns the number of workload events (for per-event cost)
-  std::function<void()> poke;    // one small event, to see that bpftrace has attached
+  std::string probe;               // our probe that sees its events (the ns/event columns)
+  std::vector<ProbeFloor> floors;  // the probes priced against empty programs
+  std::string bpftrace;            // the comparison one-liner
+  std::function<int64_t()> run;    // returns the number of workload events (for per-event cost)
+  std::function<void()> poke;      // one small event, to see that bpftrace has attached
 };
 
 // Wall and process CPU (user + system, all threads) milliseconds of one call. CPU time is far
@@ -114,6 +124,13 @@ Timing timed(F&& f) {
   const auto t0 = Clock::now();
   f();
   return {std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), cpuMs() - c0};
+}
+
+ProgStats progStats(const bpf_program* prog) {
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) != 0) return {};
+  return {info.run_time_ns, info.run_cnt};
 }
 
 double median(std::vector<double> v) {
@@ -213,8 +230,19 @@ int main(int argc, char** argv) {
   const int stats_fd = stats ? bpf_enable_stats(BPF_STATS_RUN_TIME) : -1;
   if (stats && stats_fd < 0) std::fprintf(stderr, "bpf_stats unavailable: no per-event cost\n");
   const int scale = quick ? 10 : 1;
+  bench_empty_bpf* empty = bench_empty_bpf__open_and_load();
+  if (!empty) {
+    std::fprintf(stderr, "bpftrain-probe-bench: cannot load bench_empty.bpf.o: %s\n",
+                 std::strerror(errno));
+    return 1;
+  }
+  const ProbeFloor kFaultPath[] = {{"page_faults", {"empty_page_fault_user"}},
+                                   {"thp_faults", {"empty_mm_page_alloc"}},
+                                   {"tlb_flush", {"empty_tlb_flush"}}};
   std::vector<Workload> workloads = {
-      {"forced migrations", "migrations",
+      {"forced migrations",
+       "migrations",
+       {{"migrations", {"empty_sched_migrate_task"}}},
        "tracepoint:sched:sched_migrate_task { @[pid] = count(); }",
        [&] {
          const int64_t n = tests::bpf::migrateSelf(20000 / scale);
@@ -225,7 +253,9 @@ int main(int argc, char** argv) {
          return n;
        },
        [] { tests::bpf::migrateSelf(2); }},
-      {"page-fault storm", "page_faults",
+      {"page-fault storm",
+       "page_faults",
+       {std::begin(kFaultPath), std::end(kFaultPath)},
        "tracepoint:exceptions:page_fault_user { @[pid] = count(); }",
        [&] {
          int64_t n = 0;
@@ -233,10 +263,17 @@ int main(int argc, char** argv) {
          return n;
        },
        [] { tests::bpf::touchFreshPages(4); }},
-      {"TCP loopback stream", "tcp", "tracepoint:tcp:tcp_probe { @[pid] = count(); }",
+      {"TCP loopback stream",
+       "tcp",
+       {{"tcp",
+         {"empty_tcp_sendmsg_locked", "empty_tcp_probe", "empty_tcp_retransmit_skb",
+          "empty_tcp_destroy_sock"}}},
+       "tracepoint:tcp:tcp_probe { @[pid] = count(); }",
        [&] { return tcpStream((512LL << 20) / scale) / (64 << 10); },  // events: 64 KiB writes
        [] { tcpStream(1 << 20); }},
-      {"training-like", "page_faults",
+      {"training-like",
+       "page_faults",
+       {std::begin(kFaultPath), std::end(kFaultPath)},
        "tracepoint:exceptions:page_fault_user { @[pid] = count(); }",
        [&] {
          int64_t steps = 0;
@@ -249,21 +286,61 @@ int main(int argc, char** argv) {
        [] { tests::bpf::touchFreshPages(4); }},
   };
 
-  // Ratios are medians over the repetitions: probes (ours) and bpftrace against no tracing.
-  std::printf("%-20s %9s %8s %8s %9s %8s %8s %10s %10s %10s\n", "workload", "wall ms", "ours",
-              "bpftrace", "cpu ms", "ours", "bpftrace", "ns/event", "ns/event", "bpftrace");
-  std::printf("%-20s %9s %8s %8s %9s %8s %8s %10s %10s %10s\n", "", "(base)", "wall x", "wall x",
-              "(base)", "cpu x", "cpu x", "(probe)", "(all)", "ns/event");
+  // Ratios are medians over the repetitions against no tracing (A): A' (the A/A noise floor),
+  // empty programs, our probes, bpftrace.
+  std::printf("%-20s %8s %7s %7s %7s %8s | %8s %7s %7s %8s | %9s %9s\n", "workload", "cpu ms",
+              "A'/A", "empty", "ours", "bpftrace", "wall ms", "A'/A", "ours", "bpftrace",
+              "ns/event", "ns/event");
+  std::printf("%-20s %8s %7s %7s %7s %8s | %8s %7s %7s %8s | %9s %9s\n", "", "(A)", "cpu x",
+              "cpu x", "cpu x", "cpu x", "(A)", "wall x", "wall x", "wall x", "(probe)",
+              "(bpftrace)");
+  struct FloorLine {
+    std::string workload, probe;
+    double probe_ns = 0, probe_runs = 0, empty_ns = 0, empty_runs = 0;
+  };
+  std::vector<FloorLine> floor_lines;
+  struct Share {
+    std::string workload;
+    double probes = 0, empty = 0;  // % of A's CPU time
+  };
+  std::vector<Share> shares;
   for (auto& w : workloads) {
-    std::vector<double> base, ours, theirs, base_cpu, ours_cpu, theirs_cpu;
-    double our_probe_ns = 0, our_probe_cnt = 0, our_all_ns = 0;
+    std::vector<double> base, again, emp, ours, theirs, base_cpu, again_cpu, emp_cpu, ours_cpu,
+        theirs_cpu;
+    double our_probe_ns = 0, our_probe_cnt = 0;
     uint64_t their_ns = 0, their_cnt = 0;
-    int64_t workload_events = 0;
+    std::vector<FloorLine> floors;
+    for (const auto& f : w.floors) floors.push_back({w.name, f.probe});
     for (int r = 0; r < reps; ++r) {
       {
         const Timing t = timed([&] { w.run(); });
         base.push_back(t.wall_ms);
         base_cpu.push_back(t.cpu_ms);
+      }
+      {
+        // Empty programs on exactly the tracepoints of the probes priced here.
+        std::vector<std::pair<bpf_program*, size_t>> progs;  // program, floor index
+        for (size_t i = 0; i < w.floors.size(); ++i)
+          for (const auto& name : w.floors[i].empties)
+            if (bpf_program* p = bpf_object__find_program_by_name(empty->obj, name.c_str()))
+              progs.emplace_back(p, i);
+        std::vector<bpf_link*> links;
+        std::vector<ProgStats> before;
+        for (auto& [p, i] : progs) {
+          bpf_link* link = bpf_program__attach(p);
+          if (!link) std::fprintf(stderr, "cannot attach %s\n", bpf_program__name(p));
+          links.push_back(link);
+          before.push_back(progStats(p));
+        }
+        const Timing t = timed([&] { w.run(); });
+        emp.push_back(t.wall_ms);
+        emp_cpu.push_back(t.cpu_ms);
+        for (size_t k = 0; k < progs.size(); ++k) {
+          const ProgStats after = progStats(progs[k].first);
+          floors[progs[k].second].empty_ns += double(after.run_ns - before[k].run_ns);
+          floors[progs[k].second].empty_runs += double(after.run_cnt - before[k].run_cnt);
+          if (links[k]) bpf_link__destroy(links[k]);
+        }
       }
       {
         auto store = collector::window::SeriesStore::create({});
@@ -279,26 +356,33 @@ int main(int argc, char** argv) {
         }
         // bpf_stats deltas as the service exports them (bpftrain_probe_run_seconds_total,
         // bpftrain_probe_runs_total): totals after the workload minus totals before it.
-        auto totals = [&](const char* metric, bool only_probe) {
+        auto totals = [&](const char* metric, const std::string& probe) {
           double sum = 0;
           for (const auto& snap : store->snapshot(monotonicNowNs())) {
             if (snap.name != metric) continue;
             for (const auto& [k, v] : snap.labels)
-              if (k == "probe" && (!only_probe || v == w.probe)) sum += snap.total;
+              if (k == "probe" && v == probe) sum += snap.total;
           }
           return sum;
         };
         service->poll(registry, monotonicNowNs());
-        const double ns0 = totals("bpftrain_probe_run_seconds", true);
-        const double cnt0 = totals("bpftrain_probe_runs", true);
-        const double all0 = totals("bpftrain_probe_run_seconds", false);
-        const Timing t = timed([&] { workload_events += w.run(); });
+        const double ns0 = totals("bpftrain_probe_run_seconds", w.probe);
+        const double cnt0 = totals("bpftrain_probe_runs", w.probe);
+        std::vector<std::pair<double, double>> floor0;
+        for (const auto& f : floors)
+          floor0.emplace_back(totals("bpftrain_probe_run_seconds", f.probe),
+                              totals("bpftrain_probe_runs", f.probe));
+        const Timing t = timed([&] { w.run(); });
         ours.push_back(t.wall_ms);
         ours_cpu.push_back(t.cpu_ms);
         service->poll(registry, monotonicNowNs());
-        our_probe_ns += (totals("bpftrain_probe_run_seconds", true) - ns0) * 1e9;
-        our_probe_cnt += totals("bpftrain_probe_runs", true) - cnt0;
-        our_all_ns += (totals("bpftrain_probe_run_seconds", false) - all0) * 1e9;
+        our_probe_ns += (totals("bpftrain_probe_run_seconds", w.probe) - ns0) * 1e9;
+        our_probe_cnt += totals("bpftrain_probe_runs", w.probe) - cnt0;
+        for (size_t i = 0; i < floors.size(); ++i) {
+          floors[i].probe_ns +=
+              (totals("bpftrain_probe_run_seconds", floors[i].probe) - floor0[i].first) * 1e9;
+          floors[i].probe_runs += totals("bpftrain_probe_runs", floors[i].probe) - floor0[i].second;
+        }
         if (verbose) {
           // Cumulative since load (load takes ~0.3 s, the workload most of the rest).
           std::map<std::string, std::pair<double, double>> per;
@@ -313,6 +397,11 @@ int main(int argc, char** argv) {
               std::printf("  %-18s %-16s runs %10.0f  %7.1f ns/run\n", w.name.c_str(),
                           probe.c_str(), p.second, p.first * 1e9 / p.second);
         }
+      }
+      {
+        const Timing t = timed([&] { w.run(); });
+        again.push_back(t.wall_ms);
+        again_cpu.push_back(t.cpu_ms);
       }
       if (with_bpftrace) {
         Bpftrace bt;
@@ -329,19 +418,45 @@ int main(int argc, char** argv) {
         their_cnt += s.run_cnt;
       }
     }
-    const double b = median(base), o = median(ours), t = median(theirs);
-    const double bc = median(base_cpu), oc = median(ours_cpu), tc = median(theirs_cpu);
-    // ns/event (probe): the probe's own programs per run. ns/event (all probes): every attached
-    // program's run time (other probes fire on the same workload) per probe event.
-    std::printf("%-20s %9.1f %8.3f %8.3f %9.1f %8.3f %8.3f %10.1f %10.1f %10.1f\n", w.name.c_str(),
-                b, o / b, t > 0 ? t / b : 0.0, bc, bc > 0 ? oc / bc : 0.0,
-                bc > 0 && tc > 0 ? tc / bc : 0.0,
+    const double b = median(base), a = median(again), o = median(ours), t = median(theirs);
+    const double bc = median(base_cpu), ac = median(again_cpu), ec = median(emp_cpu),
+                 oc = median(ours_cpu), tc = median(theirs_cpu);
+    auto ratio = [](double x, double y) { return y > 0 && x > 0 ? x / y : 0.0; };
+    std::printf("%-20s %8.1f %7.3f %7.3f %7.3f %8.3f | %8.1f %7.3f %7.3f %8.3f | %9.1f %9.1f\n",
+                w.name.c_str(), bc, ratio(ac, bc), ratio(ec, bc), ratio(oc, bc), ratio(tc, bc), b,
+                ratio(a, b), ratio(o, b), ratio(t, b),
                 our_probe_cnt ? our_probe_ns / our_probe_cnt : 0.0,
-                our_probe_cnt ? our_all_ns / our_probe_cnt : 0.0,
                 their_cnt ? double(their_ns) / their_cnt : 0.0);
     std::fflush(stdout);
-    (void)workload_events;
+    // The same cost from bpf_stats, which the sharing of the cores disturbs far less than CPU
+    // time: our programs' run time on this workload's tracepoints as a share of A's CPU time
+    // (an upper bound: it includes bpf_stats' own two clock reads per run), and the empty ones'.
+    double probe_ns = 0, empty_ns = 0;
+    for (const auto& f : floors) {
+      probe_ns += f.probe_ns;
+      empty_ns += f.empty_ns;
+    }
+    if (!floors.empty() && bc > 0)
+      shares.push_back(
+          {w.name, 100 * probe_ns / (bc * 1e6 * reps), 100 * empty_ns / (bc * 1e6 * reps)});
+    for (auto& f : floors) floor_lines.push_back(f);
   }
+  std::printf("\n%-20s %14s %14s\n", "workload", "probes % cpu", "empty % cpu");
+  for (const auto& sh : shares)
+    std::printf("%-20s %13.2f%% %13.2f%%\n", sh.workload.c_str(), sh.probes, sh.empty);
+  // Each probe against an empty program on the same tracepoint(s), the same workload, this run.
+  std::printf("\n%-20s %-12s %10s %10s %10s %8s\n", "workload", "probe", "runs", "ns/run",
+              "empty ns", "x empty");
+  for (const auto& f : floor_lines) {
+    const double p = f.probe_runs ? f.probe_ns / f.probe_runs : 0;
+    const double e = f.empty_runs ? f.empty_ns / f.empty_runs : 0;
+    std::printf("%-20s %-12s %10.0f %10.1f %10.1f %8.2f\n", f.workload.c_str(), f.probe.c_str(),
+                f.probe_runs, p, e, e > 0 ? p / e : 0.0);
+  }
+  std::printf(
+      "goals: page-fault storm ours cpu x <= 1.03, training-like <= 1.01, each probe <= 1.50 x "
+      "empty; A'/A is the noise floor of this run\n");
+  bench_empty_bpf__destroy(empty);
   if (stats_fd >= 0) close(stats_fd);
   return 0;
 }
