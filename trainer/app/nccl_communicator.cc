@@ -1,7 +1,5 @@
 #include "trainer/app/nccl_communicator.h"
 
-#include <cuda_runtime.h>
-#include <nccl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,42 +9,47 @@
 #include <string>
 #include <thread>
 
+#include "trainer/app/nccl_library.h"
+
 namespace bpftrain::trainer::app {
 namespace {
 
-// One check macro per foreign API, at the boundary only; they carry file and line.
+// One check macro per foreign API, at the boundary only; they carry file and line. Every CUDA and
+// NCCL call goes through lib_, the table nccl_library.h loads at run time (nothing here links
+// them).
 #define BPFTRAIN_CUDACHECK(call)                                                      \
   do {                                                                                \
     cudaError_t e_ = (call);                                                          \
     if (e_ != cudaSuccess)                                                            \
       throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) + \
-                               ": " #call ": " + cudaGetErrorString(e_));             \
+                               ": " #call ": " + lib_.cudaGetErrorString(e_));        \
   } while (0)
 #define BPFTRAIN_NCCLCHECK(call)                                                      \
   do {                                                                                \
     ncclResult_t r_ = (call);                                                         \
     if (r_ != ncclSuccess)                                                            \
       throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) + \
-                               ": " #call ": " + ncclGetErrorString(r_));             \
+                               ": " #call ": " + lib_.ncclGetErrorString(r_));        \
   } while (0)
 
 class NcclCommunicator final : public collective::Communicator {
  public:
-  explicit NcclCommunicator(const collective::CommOptions& o) : rank_(o.rank), world_(o.world) {
+  explicit NcclCommunicator(const collective::CommOptions& o)
+      : lib_(ncclLibrary()), rank_(o.rank), world_(o.world) {
     int devices = 0;
-    cudaError_t e = cudaGetDeviceCount(&devices);
+    cudaError_t e = lib_.cudaGetDeviceCount(&devices);
     if (e != cudaSuccess || devices == 0)
       throw std::runtime_error(std::string("--backend nccl: no CUDA GPU visible (") +
-                               (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") +
+                               (e != cudaSuccess ? lib_.cudaGetErrorString(e) : "0 devices") +
                                "): run on a GPU host, or use --backend gloo");
-    BPFTRAIN_CUDACHECK(cudaSetDevice(o.rank % devices));
+    BPFTRAIN_CUDACHECK(lib_.cudaSetDevice(o.rank % devices));
     struct stat st {};
     if (o.store.empty() || stat(o.store.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw std::runtime_error("--backend nccl rendezvouses through a directory: pass --store DIR");
     ncclUniqueId id;
     const std::string path = o.store + "/" + o.prefix + "-nccl-id";
     if (rank_ == 0) {
-      BPFTRAIN_NCCLCHECK(ncclGetUniqueId(&id));
+      BPFTRAIN_NCCLCHECK(lib_.ncclGetUniqueId(&id));
       std::string tmp = path + ".tmp";
       std::ofstream(tmp, std::ios::binary).write(reinterpret_cast<const char*>(&id), sizeof(id));
       std::rename(tmp.c_str(), path.c_str());
@@ -61,28 +64,28 @@ class NcclCommunicator final : public collective::Communicator {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
-    BPFTRAIN_NCCLCHECK(ncclCommInitRank(&comm_, world_, id, rank_));
-    BPFTRAIN_CUDACHECK(cudaStreamCreate(&stream_));
+    BPFTRAIN_NCCLCHECK(lib_.ncclCommInitRank(&comm_, world_, id, rank_));
+    BPFTRAIN_CUDACHECK(lib_.cudaStreamCreate(&stream_));
     capacity_ = std::max<size_t>(o.max_elements, 1024) * sizeof(float);
-    BPFTRAIN_CUDACHECK(cudaMalloc(&device_, capacity_));
+    BPFTRAIN_CUDACHECK(lib_.cudaMalloc(&device_, capacity_));
   }
   ~NcclCommunicator() override {
-    if (device_ != nullptr) cudaFree(device_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (device_ != nullptr) lib_.cudaFree(device_);
+    if (stream_ != nullptr) lib_.cudaStreamDestroy(stream_);
+    if (comm_ != nullptr) lib_.ncclCommDestroy(comm_);
   }
 
   // NCCL chooses its own algorithm (ring/tree/NVLS); the topology argument is not used.
   void allreduce(std::span<float> data, Topology) override {
     staged(data.data(), data.size_bytes(), [&] {
       BPFTRAIN_NCCLCHECK(
-          ncclAllReduce(device_, device_, data.size(), ncclFloat, ncclSum, comm_, stream_));
+          lib_.ncclAllReduce(device_, device_, data.size(), ncclFloat, ncclSum, comm_, stream_));
     });
   }
   void broadcast(std::span<uint8_t> data, int root) override {
     staged(data.data(), data.size_bytes(), [&] {
       BPFTRAIN_NCCLCHECK(
-          ncclBroadcast(device_, device_, data.size(), ncclUint8, root, comm_, stream_));
+          lib_.ncclBroadcast(device_, device_, data.size(), ncclUint8, root, comm_, stream_));
     });
   }
   void barrier() override {
@@ -96,12 +99,13 @@ class NcclCommunicator final : public collective::Communicator {
   template <typename F>
   void staged(void* host, size_t bytes, F&& op) {
     if (bytes > capacity_) throw std::runtime_error("nccl: buffer larger than max_elements");
-    BPFTRAIN_CUDACHECK(cudaMemcpyAsync(device_, host, bytes, cudaMemcpyHostToDevice, stream_));
+    BPFTRAIN_CUDACHECK(lib_.cudaMemcpyAsync(device_, host, bytes, cudaMemcpyHostToDevice, stream_));
     op();
-    BPFTRAIN_CUDACHECK(cudaMemcpyAsync(host, device_, bytes, cudaMemcpyDeviceToHost, stream_));
-    BPFTRAIN_CUDACHECK(cudaStreamSynchronize(stream_));
+    BPFTRAIN_CUDACHECK(lib_.cudaMemcpyAsync(host, device_, bytes, cudaMemcpyDeviceToHost, stream_));
+    BPFTRAIN_CUDACHECK(lib_.cudaStreamSynchronize(stream_));
   }
 
+  const NcclLibrary& lib_;
   int rank_, world_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
