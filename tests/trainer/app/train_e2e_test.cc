@@ -471,6 +471,27 @@ TEST(TrainE2E, NcclBackendTrainsOnAGpuOrSaysWhyNot) {
   for (auto& [rank, h] : hashes) EXPECT_EQ(h, hashes[0]) << "rank " << rank;
 }
 
+// The NCCL backend loads libcudart and libnccl only when a rank chooses it (nccl_library.h): a
+// Gloo rank maps neither, so the binary starts on a host without CUDA. Before, the dynamic linker
+// mapped both (libnccl: 218 MiB) into every rank.
+TEST(TrainE2E, AGlooRankMapsNeitherNcclNorTheCudaRuntime) {
+  ChildProcess p(cmd({"--duration", "2", "--steps", "100000000", "--collector", "none"}));
+  const std::string maps_path = "/proc/" + std::to_string(p.pid()) + "/maps";
+  std::string maps;
+  // Every library the binary links is mapped before main runs; libgloo is one of them.
+  ASSERT_TRUE(p.readUntil(
+      [&] {
+        std::ifstream f(maps_path);
+        maps.assign(std::istreambuf_iterator<char>(f), {});
+        return maps.find("libgloo") != std::string::npos;
+      },
+      30s))
+      << p.err;
+  EXPECT_EQ(maps.find("libnccl"), std::string::npos) << maps;
+  EXPECT_EQ(maps.find("libcudart"), std::string::npos) << maps;
+  ASSERT_EQ(p.exitCode(60s), 0) << p.err;
+}
+
 // Reads each thread's CPU mask from the kernel while a rank runs with --pin spread: the main
 // (compute) thread gets its own PU and every other thread (Gloo's device loop, the telemetry
 // emitter, BLAS workers) the rank's other PUs.
