@@ -475,7 +475,7 @@ TEST(TrainE2E, NcclBackendTrainsOnAGpuOrSaysWhyNot) {
 // Gloo rank maps neither, so the binary starts on a host without CUDA. Before, the dynamic linker
 // mapped both (libnccl: 218 MiB) into every rank.
 TEST(TrainE2E, AGlooRankMapsNeitherNcclNorTheCudaRuntime) {
-  ChildProcess p(cmd({"--duration", "2", "--steps", "100000000", "--collector", "none"}));
+  ChildProcess p(cmd({"--duration", "1", "--steps", "100000000", "--collector", "none"}));
   const std::string maps_path = "/proc/" + std::to_string(p.pid()) + "/maps";
   std::string maps;
   // Every library the binary links is mapped before main runs; libgloo is one of them.
