@@ -55,7 +55,7 @@ std::string usage() {
   --ranks N                 start N local rank processes (launcher)
   --rank R --world N        this process is rank R of N (or from mpirun/srun/torchrun env)
   --store DIR|HOST:PORT     rendezvous: shared directory or redis (also $BPFTRAIN_STORE)
-  --backend gloo|nccl       collective backend (nccl needs a CUDA GPU)
+  --backend gloo|nccl       collective backend (nccl needs a CUDA GPU, libnccl, libcudart)
   --topology ring|halving-doubling|bcube|hierarchical
   --pin none|compact|spread|numa
   --adaptive                accept signed controller decisions on --control (rank 0)
