@@ -11,6 +11,9 @@
 // good, and once the 255 slots were used a line per untraced target filled the collector's
 // undrained stderr, blocking its main loop and with it sender expiry. Fixed in the loader (one
 // slot per process, a slot's series expire with it, that log line at most once a minute).
+// After, as root with the probes on, 360 s, 10 s samples (tools/bench soak --minutes 6): passes,
+// RSS 67.6..69.4 MB (+2.7%), fds 151, series 2283..2660, senders 1452..1502 of 17750 seen, 35
+// log lines.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
