@@ -183,6 +183,26 @@ bool RulesPolicy::pinTrialUndo(const Features& f, const Arm& current, int64_t no
   return harm || !(better || calmer);
 }
 
+std::optional<RulesPolicy::TrialResult> RulesPolicy::measureTrial(
+    std::optional<DescentTrial>& trial, const Features& f, const Arm& current, int64_t now_ns) {
+  if (!trial) return std::nullopt;
+  DescentTrial& t = *trial;
+  const int64_t since = now_ns - t.decided_ns;
+  const int64_t settle = config_.probe_settle.count(), measure = config_.probe_measure.count();
+  if (current.topology != t.to) {
+    if (since > 2 * (settle + measure)) trial.reset();  // never applied, or moved on
+    return std::nullopt;
+  }
+  if (since >= settle && f.samples_per_s > 0) {
+    t.sum += f.samples_per_s;
+    ++t.n;
+  }
+  if (since < settle + measure || t.n == 0) return std::nullopt;
+  const TrialResult result{t.sum / t.n, t.before};
+  trial.reset();
+  return result;
+}
+
 void RulesPolicy::startDescentTrial(Topology from, Topology to, int64_t now_ns) {
   descent_trial_ = DescentTrial{to, now_ns, samples_ewma_};
   descent_trial_from_ = from;
@@ -286,49 +306,22 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // probe_loss, whatever the transport signals say (a clear link is no proof the lower rung is
   // faster: on a busy host hierarchical can beat the ring with nothing congested).
   std::string slower_why;
-  if (descent_trial_ && current.topology == descent_trial_->to) {
-    DescentTrial& t = *descent_trial_;
-    const int64_t since = now_ns - t.decided_ns;
-    if (since >= config_.probe_settle.count() && f.samples_per_s > 0) {
-      t.sum += f.samples_per_s;
-      ++t.n;
-    }
-    if (since >= (config_.probe_settle + config_.probe_measure).count() && t.n > 0) {
-      const double after = t.sum / t.n;
-      if (after < (1 - config_.probe_loss) * t.before)
-        slower_why = fmt("samples/s %.0f on the lower rung against %.0f before the step down",
-                         after, t.before);
-      descent_trial_.reset();
-    }
-  } else if (descent_trial_ && now_ns - descent_trial_->decided_ns >
-                                   2 * (config_.probe_settle + config_.probe_measure).count()) {
-    descent_trial_.reset();  // never applied, or moved on
-  }
+  if (const std::optional<TrialResult> r = measureTrial(descent_trial_, f, current, now_ns);
+      r && r->after < (1 - config_.probe_loss) * r->before)
+    slower_why = fmt("samples/s %.0f on the lower rung against %.0f before the step down", r->after,
+                     r->before);
   // The slowdown probe's verdict: the higher rung must run faster than the slow one it left.
   std::string ascent_why;
   bool ascent_failed = false;
-  if (ascent_trial_ && current.topology == ascent_trial_->to) {
-    DescentTrial& t = *ascent_trial_;
-    const int64_t since = now_ns - t.decided_ns;
-    if (since >= config_.probe_settle.count() && f.samples_per_s > 0) {
-      t.sum += f.samples_per_s;
-      ++t.n;
+  if (const std::optional<TrialResult> r = measureTrial(ascent_trial_, f, current, now_ns)) {
+    ascent_failed = r->after < (1 + config_.slowdown_gain) * r->before;
+    ascent_why =
+        fmt("samples/s %.0f on the higher rung against %.0f on the slow one", r->after, r->before);
+    if (!ascent_failed) {
+      hidden_trigger_ = true;
+      trigger_link_ = -1;
+      slowdown_retry_ns_ = config_.slowdown_retry_after.count();
     }
-    if (since >= (config_.probe_settle + config_.probe_measure).count() && t.n > 0) {
-      const double after = t.sum / t.n;
-      ascent_failed = after < (1 + config_.slowdown_gain) * t.before;
-      ascent_why =
-          fmt("samples/s %.0f on the higher rung against %.0f on the slow one", after, t.before);
-      if (!ascent_failed) {
-        hidden_trigger_ = true;
-        trigger_link_ = -1;
-        slowdown_retry_ns_ = config_.slowdown_retry_after.count();
-      }
-      ascent_trial_.reset();
-    }
-  } else if (ascent_trial_ && now_ns - ascent_trial_->decided_ns >
-                                  2 * (config_.probe_settle + config_.probe_measure).count()) {
-    ascent_trial_.reset();  // never applied, or moved on
   }
   if (ascent_failed) {
     d.change = true;

@@ -186,6 +186,13 @@ class RulesPolicy final : public Policy {
     int n = 0;
   };
   void startDescentTrial(Topology from, Topology to, int64_t now_ns);
+  // A trial's throughput once measured (probe_settle, then probe_measure on its rung), which
+  // ends it; nothing before that. One never applied is dropped after twice that time.
+  struct TrialResult {
+    double after, before;
+  };
+  std::optional<TrialResult> measureTrial(std::optional<DescentTrial>& trial, const Features& f,
+                                          const Arm& current, int64_t now_ns);
   std::optional<DescentTrial> descent_trial_;
   // The A/B of a slowdown probe: the same measurement upwards (ascent_from_: the slow rung).
   std::optional<DescentTrial> ascent_trial_;
