@@ -111,6 +111,10 @@ int run(int argc, char** argv) {
     std::fputs(collectorUsage(), stdout);
     return 0;
   }
+  if (cfg.version) {
+    std::printf("bpftrain-collector %s\n", BPFTRAIN_VERSION);
+    return 0;
+  }
   setLogLevel(cfg.log_level);
   if (cfg.list_probes) return listProbes(cfg);
   if (cfg.list_metrics) {

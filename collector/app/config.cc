@@ -413,6 +413,10 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
       out.help = true;
       return true;
     }
+    if (a == "--version") {
+      out.version = true;
+      return true;
+    }
     std::string value;
     bool has_value = false;
     if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
@@ -486,6 +490,7 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
 const char* collectorUsage() {
   return "usage: bpftrain-collector [flags]\n"
          "  --config FILE          JSON file with any of the keys below (flags override it)\n"
+         "  --version              print the version and exit\n"
          "  --listen HOST:PORT     UDP ingest for binary frames and StatsD (127.0.0.1:9470; :0 = "
          "any)\n"
          "  --metrics HOST:PORT    Prometheus /metrics (127.0.0.1:9471; :0 = any)\n"

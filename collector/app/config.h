@@ -53,6 +53,7 @@ struct CollectorConfig {
   bool list_probes = false;
   bool list_metrics = false;  // print the metric catalogue as a markdown table, then exit
   bool help = false;
+  bool version = false;  // --version: print it and exit
   LogLevel log_level = LogLevel::kInfo;
 };
 

@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
       std::fputs(app::usage().c_str(), stdout);
       return 0;
     }
+    if (error == "version") {
+      std::printf("bpftrain-train %s\n", BPFTRAIN_VERSION);
+      return 0;
+    }
     std::fprintf(stderr, "bpftrain-train: %s\n", error.c_str());
     return 2;
   }

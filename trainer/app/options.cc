@@ -52,6 +52,7 @@ std::map<std::string, std::string> environmentMap() {
 
 std::string usage() {
   return R"(usage: bpftrain-train [--ranks N | --rank R --world N --store DIR|HOST:PORT] [options]
+  --version                 print the version and exit
   --ranks N                 start N local rank processes (launcher)
   --rank R --world N        this process is rank R of N (or from mpirun/srun/torchrun env)
   --store DIR|HOST:PORT     rendezvous: shared directory or redis (also $BPFTRAIN_STORE)
@@ -139,6 +140,7 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
       return false;
     };
     if (flag == "--help" || flag == "-h") return fail("help");
+    if (flag == "--version") return fail("version");
     if (flag == "--ranks") {
       if (!intFlag(o.ranks, 1, 1024)) return std::nullopt;
     } else if (flag == "--restarts") {

@@ -208,6 +208,14 @@ TEST(CollectorE2E, ConfigMistakesExitTwoWithOneLineNamingTheKey) {
   std::remove(path.c_str());
 }
 
+TEST(CollectorE2E, VersionPrintsOneLineAndExitsZero) {
+  ChildProcess p({testing::buildPath("collector/app/bpftrain-collector"), "--version"});
+  EXPECT_EQ(p.exitCode(10s), 0);
+  EXPECT_EQ(p.out.rfind("bpftrain-collector ", 0), 0u) << p.out;
+  EXPECT_NE(p.out.find_first_of("0123456789"), std::string::npos) << p.out;
+  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 1) << p.out;
+}
+
 TEST(CollectorE2E, AWildcardListenerIsWarnedAbout) {
   Collector loopback;
   ASSERT_GT(loopback.udp_port, 0) << loopback.proc->err;

@@ -26,6 +26,14 @@ TEST(ConfigTest, Defaults) {
   EXPECT_FALSE(c.upstream);
 }
 
+TEST(ConfigTest, VersionIsAskedForLikeHelp) {
+  CollectorConfig c;
+  std::string err;
+  ASSERT_TRUE(load({"--version", "--bogus"}, c, err)) << err;  // nothing after it is parsed
+  EXPECT_TRUE(c.version);
+  EXPECT_FALSE(c.help);
+}
+
 TEST(ConfigTest, EveryFlag) {
   CollectorConfig c;
   std::string err;

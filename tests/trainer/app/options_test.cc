@@ -22,6 +22,14 @@ TEST(Options, DefaultsToOneRank) {
   EXPECT_TRUE(o->hugepages);
 }
 
+TEST(Options, VersionIsAskedForLikeHelp) {
+  std::string e;
+  EXPECT_FALSE(parse({"--version"}, {}, e));
+  EXPECT_EQ(e, "version");
+  EXPECT_FALSE(parse({"--help"}, {}, e));
+  EXPECT_EQ(e, "help");
+}
+
 TEST(Options, TakesRankWorldAndLocalRankFromEachLauncher) {
   struct Case {
     std::map<std::string, std::string> env;
