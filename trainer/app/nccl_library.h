@@ -12,15 +12,26 @@
 namespace bpftrain::trainer::app {
 
 // Every function the NCCL backend calls: X(name) per function, in the library it comes from.
-#define BPFTRAIN_CUDART_FUNCTIONS(X)                                                       \
-  X(cudaGetDeviceCount)                                                                    \
-  X(cudaGetErrorString)                                                                    \
-  X(cudaSetDevice) X(cudaStreamCreate) X(cudaFree) X(cudaStreamDestroy) X(cudaMemcpyAsync) \
-      X(cudaStreamSynchronize)
+// (clang-format 14 reflows these lists differently on every pass: kept as written.)
+// clang-format off
+#define BPFTRAIN_CUDART_FUNCTIONS(X) \
+  X(cudaGetDeviceCount)              \
+  X(cudaGetErrorString)              \
+  X(cudaSetDevice)                   \
+  X(cudaStreamCreate)                \
+  X(cudaFree)                        \
+  X(cudaStreamDestroy)               \
+  X(cudaMemcpyAsync)                 \
+  X(cudaStreamSynchronize)
 #define BPFTRAIN_NCCL_FUNCTIONS(X) \
   X(ncclGetVersion)                \
   X(ncclGetErrorString)            \
-  X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclAllReduce) X(ncclBroadcast)
+  X(ncclGetUniqueId)               \
+  X(ncclCommInitRank)              \
+  X(ncclCommDestroy)               \
+  X(ncclAllReduce)                 \
+  X(ncclBroadcast)
+// clang-format on
 
 // The sonames of the majors the headers were built with (CUDA 13 -> libcudart.so.13, NCCL 2 ->
 // libnccl.so.2); the ABI of these functions is stable within a major.
