@@ -333,7 +333,14 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
   // thread with a 64 KiB socket buffer against two generators: here it took about half of what
   // was offered (1.8-2.0x measured; the 3x needs more sender CPU than this host has, at
   // nice 19 with four generators and SCHED_IDLE alike it still took about half; 1.4-2.0x as the
-  // host's load varies), so the test asserts that more than 10% was dropped and prints the ratio.
+  // host's load varies), so the test asserts that more than 5% was dropped and prints the ratio.
+  // Each generator offers 10,000 datagrams/s of kLinesPerDatagram lines. With 40 lines a quiet
+  // host's collector took all but 3% (a clean-clone CI run failed "not an overload"): nice 19
+  // does not hold back a collector on an idle core, which parses ~2 M lines/s here. With 120 it
+  // dropped 11-24% on a quiet host (1.1-1.3x; training x0.52-1.40, 9 runs) and 90-95% on a
+  // loaded one; 240 slowed training x1.54-1.72 through loopback's kernel CPU, and confining
+  // the collector and floods to one CPU with taskset slowed it x1.36-1.72.
+  constexpr int kLinesPerDatagram = 120;
   const std::string nice = "/usr/bin/nice";
   ASSERT_EQ(access(nice.c_str(), X_OK), 0);
   auto collector = std::make_unique<ChildProcess>(std::vector<std::string>{
@@ -360,7 +367,8 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
   };
   std::vector<std::unique_ptr<ChildProcess>> floods;
   for (int i = 0; i < 2; ++i)
-    floods.push_back(loadgen({"--rate", "400000", "--per-datagram", "40", "--duration", "4"}));
+    floods.push_back(loadgen({"--rate", std::to_string(kLinesPerDatagram * 10000), "--per-datagram",
+                              std::to_string(kLinesPerDatagram), "--duration", "4"}));
   ChildProcess busy(train(training));
   // /metrics keeps answering while the flood lasts.
   double worst_scrape = 0;
@@ -417,7 +425,7 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
   // Overload: what was offered is well beyond what the collector took meanwhile.
   const double offered_rate = offered / flood_s;
   const double accepted_rate = (offered - dropped) / flood_s;
-  EXPECT_GT(dropped, 0.1 * offered) << "not an overload: raise the rate";
+  EXPECT_GT(dropped, 0.05 * offered) << "not an overload: raise the rate";
 
   const auto q = meanSteps(quiet.out), b = meanSteps(busy.out);
   ASSERT_EQ(q.size(), 2u);
@@ -430,12 +438,12 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
   // Bounded memory: the flood's series are a fixed set; its datagrams are not kept.
   EXPECT_LT(rss_after, rss_before + 64 * 1024) << "RSS " << rss_before << " -> " << rss_after;
   std::printf(
-      "flood: %.3g datagrams/s offered (40 StatsD lines each), %.3g/s accepted (%.1fx); %.0f "
+      "flood: %.3g datagrams/s offered (%d StatsD lines each), %.3g/s accepted (%.1fx); %.0f "
       "counted + %.0f kernel drops = %.0f sent; mean step %.6f s alone, %.6f s under the flood "
       "(x%.2f); worst of %d scrapes %.3f s; collector RSS %llu -> %llu KiB\n",
-      offered_rate, accepted_rate, offered_rate / std::max(accepted_rate, 1.0), counted, dropped,
-      sent, std::max(q[0], q[1]), std::max(b[0], b[1]), ratio, scrapes, worst_scrape,
-      (unsigned long long)rss_before, (unsigned long long)rss_after);
+      offered_rate, kLinesPerDatagram, accepted_rate, offered_rate / std::max(accepted_rate, 1.0),
+      counted, dropped, sent, std::max(q[0], q[1]), std::max(b[0], b[1]), ratio, scrapes,
+      worst_scrape, (unsigned long long)rss_before, (unsigned long long)rss_after);
 }
 
 }  // namespace
