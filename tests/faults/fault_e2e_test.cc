@@ -337,7 +337,7 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
   // Each generator offers 10,000 datagrams/s of kLinesPerDatagram lines. With 40 lines a quiet
   // host's collector took all but 3% (a clean-clone CI run failed "not an overload"): nice 19
   // does not hold back a collector on an idle core, which parses ~2 M lines/s here. With 120 it
-  // dropped 11-24% on a quiet host (1.1-1.3x; training x0.52-1.40, 9 runs) and 90-95% on a
+  // dropped 11-24% on a quiet host (1.1-1.3x; training x0.52-1.57, 10 runs) and 90-95% on a
   // loaded one; 240 slowed training x1.54-1.72 through loopback's kernel CPU, and confining
   // the collector and floods to one CPU with taskset slowed it x1.36-1.72.
   constexpr int kLinesPerDatagram = 120;
@@ -431,7 +431,12 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
   ASSERT_EQ(q.size(), 2u);
   ASSERT_EQ(b.size(), 2u);
   const double ratio = std::max(b[0], b[1]) / std::max(q[0], q[1]);
-  EXPECT_LT(ratio, 1.5) << "mean step " << std::max(q[0], q[1]) << " s alone, "
+  // Steps of this model take 0.5-0.9 ms, mostly Gloo's loopback round trips, which the flood's
+  // own loopback traffic slows in the kernel whatever the collector does: measured x0.52-1.57
+  // over 10 runs with 120-line datagrams (the 1.57 in a clean-clone CI run). A send that blocked
+  // on the collector would cost a step milliseconds to seconds, so twice the quiet step is the
+  // bound.
+  EXPECT_LT(ratio, 2.0) << "mean step " << std::max(q[0], q[1]) << " s alone, "
                         << std::max(b[0], b[1]) << " s under the flood";
   EXPECT_LT(worst_scrape, 1.0);
   EXPECT_GT(scrapes, 5);
