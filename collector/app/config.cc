@@ -27,7 +27,12 @@ struct Setting {
   std::function<std::string(CollectorConfig&, const std::string&)> apply;
 };
 
-std::string got(const std::string& v) { return ", got \"" + v + "\""; }
+// `v` in double quotes with JSON's escapes, so that an error stays one line whatever the file
+// holds (a key or value with a newline in it: found by the config fuzzer).
+std::string quoted(const std::string& v) {
+  return json(v).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+std::string got(const std::string& v) { return ", got " + quoted(v); }
 
 // HOST:PORT, [IPV6]:PORT or NAME:PORT (common/host_port.h); names resolve when used.
 std::string hostPort(const std::string& v, PortZero zero, HostPort& out) {
@@ -332,7 +337,7 @@ bool applyFile(const std::string& path, CollectorConfig& out, std::string& error
     for (char& ch : key)
       if (ch == '-') ch = '_';
     auto it = settings().find(key);
-    std::string where = "config key \"" + raw_key + "\" in " + path + ": ";
+    std::string where = "config key " + quoted(raw_key) + " in " + path + ": ";
     if (it == settings().end() || key == "config") {
       std::string known;  // from the table itself, so that the list cannot fall behind it
       for (const auto& [name, setting] : settings()) known += (known.empty() ? "" : ", ") + name;

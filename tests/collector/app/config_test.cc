@@ -34,6 +34,22 @@ TEST(ConfigTest, VersionIsAskedForLikeHelp) {
   EXPECT_FALSE(c.help);
 }
 
+// A key or a value with a newline in it (the config fuzzer's find): still one error line, the
+// text escaped as JSON spells it.
+TEST(ConfigTest, ErrorsStayOneLineWhateverTheFileHolds) {
+  const std::string path = ::testing::TempDir() + "/config_newline.json";
+  for (const std::string& text :
+       {std::string(R"({"list\n": "[:olicy"})"), std::string(R"({"window": "5\ns"})")}) {
+    std::ofstream(path) << text;
+    CollectorConfig c;
+    std::string err;
+    EXPECT_FALSE(load({"--config", path.c_str()}, c, err)) << text;
+    EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+    EXPECT_NE(err.find("\\n"), std::string::npos) << err;  // shown as \n
+  }
+  std::remove(path.c_str());
+}
+
 TEST(ConfigTest, EveryFlag) {
   CollectorConfig c;
   std::string err;
