@@ -18,6 +18,21 @@ bool isNameChar(char c) {
          c == '.' || c == '_';
 }
 
+// `text` with control bytes spelled \xNN, so that an error naming it stays one line.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+      continue;
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string HostPort::str() const {
@@ -27,7 +42,7 @@ std::string HostPort::str() const {
 
 std::optional<HostPort> parseHostPort(std::string_view text, PortZero zero, std::string& error) {
   auto fail = [&](const char* why) -> std::optional<HostPort> {
-    error = "expected HOST:PORT, [IPV6]:PORT or NAME:PORT, got \"" + std::string(text) + "\" (" +
+    error = "expected HOST:PORT, [IPV6]:PORT or NAME:PORT, got \"" + printable(text) + "\" (" +
             why + ")";
     return std::nullopt;
   };

@@ -88,6 +88,15 @@ TEST(HostPort, TrailingGarbage) {
   rejected("127.0.0.1:80:81");
 }
 
+// A control byte in the text (a config value with a newline) is spelled \xNN in the error, which
+// stays one line.
+TEST(HostPort, ControlBytesInTheTextKeepTheErrorOneLine) {
+  std::string error;
+  EXPECT_FALSE(parseHostPort("host\n1:80", PortZero::kRejected, error));
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  EXPECT_NE(error.find("got \"host\\x0a1:80\""), std::string::npos) << error;
+}
+
 TEST(HostPort, ResolvesNumericAndNames) {
   std::string error;
   auto v4 = resolveHostPort({"127.0.0.1", 9470}, SOCK_DGRAM, error);
