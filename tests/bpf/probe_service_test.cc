@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -46,6 +47,60 @@ bool matches(const window::SeriesSnapshot& s, const std::string& name, const Lab
   }
   return true;
 }
+
+// bpftrain-usdt-fire N --wait-stdin as a child: started and waiting (its first line read), told
+// to fire its N post/complete pairs, and reaped; killed and reaped if the test ends before.
+class UsdtFireChild {
+ public:
+  explicit UsdtFireChild(int events) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0) return;
+    if (pipe(from_child) != 0) {
+      close(to_child[0]);
+      close(to_child[1]);
+      return;
+    }
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      execl(BPFTRAIN_USDT_FIRE, BPFTRAIN_USDT_FIRE, std::to_string(events).c_str(), "--wait-stdin",
+            nullptr);
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    to_ = to_child[1];
+    from_ = from_child[0];
+    char line[64] = {};
+    started_ = pid_ > 0 && read(from_, line, sizeof(line) - 1) > 0;
+  }
+  ~UsdtFireChild() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (to_ >= 0) close(to_);
+    if (from_ >= 0) close(from_);
+  }
+  UsdtFireChild(const UsdtFireChild&) = delete;
+  UsdtFireChild& operator=(const UsdtFireChild&) = delete;
+  bool started() const { return started_; }
+  pid_t pid() const { return pid_; }
+  // Sends the go, waits for it to exit: true when it exited 0.
+  bool fireAndReap() {
+    if (write(to_, "go\n", 3) != 3) return false;
+    int status = 0;
+    const bool reaped = waitpid(pid_, &status, 0) == pid_;
+    if (reaped) pid_ = -1;
+    return reaped && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  bool started_ = false;
+};
 
 class ProbeServiceTest : public ::testing::Test {
  protected:
@@ -332,31 +387,13 @@ TEST_F(ProbeServiceTest, SlowReaderQueueDepthClearlyAboveFastReader) {
 
 TEST_F(ProbeServiceTest, UsdtEventsCountedExactly) {
   constexpr int kEvents = 1000;
-  int to_child[2], from_child[2];
-  ASSERT_EQ(pipe(to_child), 0);
-  ASSERT_EQ(pipe(from_child), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(to_child[0], 0);
-    dup2(from_child[1], 1);
-    execl(BPFTRAIN_USDT_FIRE, BPFTRAIN_USDT_FIRE, std::to_string(kEvents).c_str(), "--wait-stdin",
-          nullptr);
-    _exit(127);
-  }
-  close(to_child[0]);
-  close(from_child[1]);
-  char line[64] = {};
-  ASSERT_GT(read(from_child[0], line, sizeof(line) - 1), 0) << "usdt-fire did not start";
+  UsdtFireChild fire(kEvents);
+  ASSERT_TRUE(fire.started()) << "usdt-fire did not start";
   ProbeOptions options;
-  options.pids = {pid};
+  options.pids = {fire.pid()};
   auto service = start(options);
   ASSERT_NE(service, nullptr);
-  ASSERT_EQ(write(to_child[1], "go\n", 3), 3);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  close(to_child[1]);
-  close(from_child[0]);
+  ASSERT_TRUE(fire.fireAndReap()) << "usdt-fire did not fire and exit 0";
   service->poll(registry_, monotonicNowNs());
   const LabelMap who = {{"job", "manual"}, {"rank", "0"}};
   LabelMap post = who, complete = who;
@@ -378,32 +415,14 @@ TEST_F(ProbeServiceTest, UsdtEventsCountedExactly) {
 // delivered samples + lost = 2 x events.
 TEST_F(ProbeServiceTest, FullRingBufferCountsEveryLostEventForItsProbe) {
   constexpr int kEvents = 5000;
-  int to_child[2], from_child[2];
-  ASSERT_EQ(pipe(to_child), 0);
-  ASSERT_EQ(pipe(from_child), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(to_child[0], 0);
-    dup2(from_child[1], 1);
-    execl(BPFTRAIN_USDT_FIRE, BPFTRAIN_USDT_FIRE, std::to_string(kEvents).c_str(), "--wait-stdin",
-          nullptr);
-    _exit(127);
-  }
-  close(to_child[0]);
-  close(from_child[1]);
-  char line[64] = {};
-  ASSERT_GT(read(from_child[0], line, sizeof(line) - 1), 0) << "usdt-fire did not start";
+  UsdtFireChild fire(kEvents);
+  ASSERT_TRUE(fire.started()) << "usdt-fire did not start";
   ProbeOptions options;
-  options.pids = {pid};
+  options.pids = {fire.pid()};
   options.ring_bytes = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
   auto service = start(options);
   ASSERT_NE(service, nullptr);
-  ASSERT_EQ(write(to_child[1], "go\n", 3), 3);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  close(to_child[1]);
-  close(from_child[0]);
+  ASSERT_TRUE(fire.fireAndReap()) << "usdt-fire did not fire and exit 0";
   service->poll(registry_, monotonicNowNs());
   const LabelMap who = {{"job", "manual"}, {"rank", "0"}};
   LabelMap post = who, rdma = who;
