@@ -32,9 +32,9 @@ namespace {
                                ": " #call ": " + lib_.ncclGetErrorString(r_));        \
   } while (0)
 
-class NcclCommunicator final : public collective::Communicator {
+class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
-  explicit NcclCommunicator(const collective::CommOptions& o)
+  explicit NcclCommunicatorImpl(const collective::CommOptions& o)
       : lib_(ncclLibrary()), rank_(o.rank), world_(o.world) {
     int devices = 0;
     cudaError_t e = lib_.cudaGetDeviceCount(&devices);
@@ -69,13 +69,20 @@ class NcclCommunicator final : public collective::Communicator {
     capacity_ = std::max<size_t>(o.max_elements, 1024) * sizeof(float);
     BPFTRAIN_CUDACHECK(lib_.cudaMalloc(&device_, capacity_));
   }
-  ~NcclCommunicator() override {
+  ~NcclCommunicatorImpl() override {
     if (device_ != nullptr) lib_.cudaFree(device_);
     if (stream_ != nullptr) lib_.cudaStreamDestroy(stream_);
     if (comm_ != nullptr) lib_.ncclCommDestroy(comm_);
   }
 
-  // NCCL chooses its own algorithm (ring/tree/NVLS); the topology argument is not used.
+  void allreduceDevice(float* device, size_t count) override {
+    BPFTRAIN_NCCLCHECK(
+        lib_.ncclAllReduce(device, device, count, ncclFloat, ncclSum, comm_, stream_));
+  }
+  cudaStream_t stream() const override { return stream_; }
+
+  // NCCL chooses its algorithm (ring/tree/NVLS): --topology reaches it as NCCL_ALGO, set before
+  // the communicator exists (nccl_environment.h), so the topology argument is not used here.
   void allreduce(std::span<float> data, Topology) override {
     staged(data.data(), data.size_bytes(), [&] {
       BPFTRAIN_NCCLCHECK(
@@ -115,9 +122,8 @@ class NcclCommunicator final : public collective::Communicator {
 
 }  // namespace
 
-std::unique_ptr<collective::Communicator> createNcclCommunicator(
-    const collective::CommOptions& options) {
-  return std::make_unique<NcclCommunicator>(options);
+std::unique_ptr<NcclCommunicator> createNcclCommunicator(const collective::CommOptions& options) {
+  return std::make_unique<NcclCommunicatorImpl>(options);
 }
 
 }  // namespace bpftrain::trainer::app

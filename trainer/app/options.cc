@@ -10,6 +10,7 @@
 
 #include "common/host_port.h"
 #include "common/wire_format.h"
+#include "trainer/app/nccl_environment.h"
 #include "trainer/collective/communicator.h"
 
 extern char** environ;
@@ -56,10 +57,15 @@ std::string usage() {
   --ranks N                 start N local rank processes (launcher)
   --rank R --world N        this process is rank R of N (or from mpirun/srun/torchrun env)
   --store DIR|HOST:PORT     rendezvous: shared directory or redis (also $BPFTRAIN_STORE)
-  --backend gloo|nccl       collective backend (nccl needs a CUDA GPU, libnccl, libcudart)
+  --backend gloo|nccl       collective backend; nccl trains on the GPU (needs a CUDA GPU, libnccl,
+                            libcudart, libcublas, libnvrtc)
   --topology ring|halving-doubling|bcube|hierarchical
+                            with --backend nccl, NCCL's algorithm: ring|tree|collnet_direct|
+                            collnet_chain|nvls|nvls_tree|pat (default: NCCL's own choice)
   --pin none|compact|spread|numa
-  --adaptive                accept signed controller decisions on --control (rank 0)
+  --adaptive                accept signed controller decisions on --control (rank 0); with
+                            --backend nccl also load libnccl-bpftrain.so (tuner + profiler) so
+                            bpftrain-collector --nccl-control steers NCCL's algorithm
   --control HOST:PORT       control socket (default 127.0.0.1:9472)
   --secret FILE             shared HMAC-SHA256 key (required by --adaptive)
   --job NAME                job name in telemetry and control (default "default")
@@ -94,6 +100,7 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
                                     std::string& error) {
   Options o;
   bool rank_given = false, world_given = false, steps_given = false;
+  std::optional<std::string> topology_text;  // read once --backend is known
   std::string model_text = "digits";
   auto fail = [&](const std::string& msg) {
     error = msg;
@@ -163,9 +170,7 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
         return fail("--backend " + o.backend + ": expected gloo or nccl");
     } else if (flag == "--topology") {
       if (!need()) return fail("--topology: expects a value");
-      auto t = parseTopology(value);
-      if (!t) return fail("--topology " + value + ": expected " + kTopologyNames.alternatives());
-      o.topology = *t;
+      topology_text = value;
     } else if (flag == "--pin") {
       if (!need()) return fail("--pin: expects a value");
       auto p = parsePinMode(value);
@@ -327,17 +332,34 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
   }
   if (o.adaptive && o.secret_file.empty())
     return fail("--adaptive needs --secret FILE (the controller's shared HMAC key, mode 0600)");
-  // NCCL picks its own allreduce algorithm (ring, tree, NVLS) and the NCCL communicator ignores
-  // the topology it is given, so asking it for one, or for a controller to switch it, would be a
-  // setting that silently does nothing. Steering NCCL goes through its tuner plugin.
+  if (topology_text && o.backend == "nccl") {
+    o.nccl_algo = *topology_text;
+    if (!isNcclAlgorithm(o.nccl_algo))
+      return fail("--topology " + o.nccl_algo + ": with --backend nccl expected one of NCCL's " +
+                  "algorithms " + std::string(kNcclAlgorithmList) +
+                  " (Gloo's topologies need --backend gloo)");
+  } else if (topology_text) {
+    auto t = parseTopology(*topology_text);
+    if (!t)
+      return fail("--topology " + *topology_text + ": expected " + kTopologyNames.alternatives());
+    o.topology = *t;
+  }
+  // What --backend nccl cannot honour: the draws switch Gloo's topologies, NCCL chooses its own
+  // algorithm per collective unless --topology fixes it, and the GPU model's memory is on the
+  // device (so there is no model memory for --pin numa to place).
   if (o.backend == "nccl") {
-    const std::string why =
-        " needs --backend gloo: NCCL chooses its own allreduce algorithm, so there is no "
-        "topology to set or switch";
-    if (o.adaptive) return fail("--adaptive" + why);
-    if (o.switch_every > 0) return fail("--switch-every" + why);
-    if (o.topology != Topology::kRing)
-      return fail("--topology " + std::string(topologyName(o.topology)) + why);
+    if (o.switch_every > 0)
+      return fail(
+          "--switch-every draws Gloo topologies: it needs --backend gloo (NCCL jobs are steered "
+          "with --adaptive and bpftrain-collector --nccl-control)");
+    if (o.adaptive && !o.nccl_algo.empty())
+      return fail("--topology " + o.nccl_algo +
+                  " with --adaptive: the collector's --nccl-control chooses NCCL's algorithm; "
+                  "drop one of them");
+    if (o.pin == PinMode::kNuma)
+      return fail(
+          "--pin numa places the model's host memory, and with --backend nccl the model is in "
+          "GPU memory: use --pin none, compact or spread");
   }
   if (o.transport == "ibverbs") {
     if (o.backend != "gloo") return fail("--transport ibverbs needs --backend gloo");

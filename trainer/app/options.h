@@ -49,7 +49,10 @@ struct Options {
   int eval_every = 200;
 
   // How.
-  Topology topology = Topology::kRing;
+  Topology topology = Topology::kRing;  // --backend gloo
+  // --backend nccl --topology: NCCL's algorithm, as nccl_environment.h names it (ring, tree, ...);
+  // empty: NCCL's own choice.
+  std::string nccl_algo;
   PinMode pin = PinMode::kNone;
   bool adaptive = false;
   std::string control = "127.0.0.1:9472";

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/wire_format.h"
+#include "trainer/app/nccl_environment.h"
 #include "trainer/collective/communicator.h"
 #include "trainer/collective/rendezvous.h"
 #include "trainer/control/config_sync.h"
@@ -33,6 +34,7 @@
 
 #ifdef BPFTRAIN_WITH_NCCL_BACKEND
 #include "trainer/app/nccl_communicator.h"
+#include "trainer/gpu/gpu_mlp.h"
 #endif
 
 namespace bpftrain::trainer::app {
@@ -152,6 +154,15 @@ class RankRunner {
   void afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s);
   void checkpoint(uint64_t step_done);
   void report(uint64_t end_step, const StepTotals& totals);
+  // The step's model operations: on the GPU model for --backend nccl, else the CPU Mlp.
+  float computeGradients(uint64_t step);
+  void allreduceGradients();
+  void applyGradients(float grad_scale);
+  double testAccuracy();
+  void copyModelToHost();    // the GPU model's parameters and momentum into model_ (checkpoints)
+  void copyModelToDevice();  // model_'s (He init or a resumed checkpoint) onto the GPU
+  void setUpNccl(const collective::CommOptions& co);
+  std::string topologyLabel(Topology t) const;
   const control::ConfigWord& config() const { return sync_->config(); }
   void log(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -160,6 +171,11 @@ class RankRunner {
   std::optional<model::Sharder> sharder_;
   std::unique_ptr<model::Mlp> model_;
   std::unique_ptr<collective::Communicator> comm_;
+#ifdef BPFTRAIN_WITH_NCCL_BACKEND
+  NcclCommunicator* nccl_ = nullptr;  // comm_ when --backend nccl
+  // --backend nccl trains here; model_ stays the host copy (initial bits, checkpoints, pinning).
+  std::unique_ptr<gpu::GpuMlp> gpu_;
+#endif
   std::unique_ptr<pinning::Pinner> pinner_;
   std::unique_ptr<telemetry::Emitter> emitter_;
   std::unique_ptr<control::Verifier> verifier_;
@@ -261,7 +277,7 @@ void RankRunner::connect() {
   co.max_elements = model_->gradientsWithTail().size();
   if (o_.backend == "nccl") {
 #ifdef BPFTRAIN_WITH_NCCL_BACKEND
-    comm_ = createNcclCommunicator(co);
+    setUpNccl(co);
 #else
     throw std::runtime_error(
         "--backend nccl: this build has no NCCL backend (configure with CUDA and NCCL installed, "
@@ -271,6 +287,87 @@ void RankRunner::connect() {
     comm_ = collective::Communicator::create(co);
   }
   pinner_ = std::make_unique<pinning::Pinner>(local_rank_, local_world_);
+}
+
+// NCCL's environment first (NCCL and its plugins read it when the communicator starts), then the
+// communicator, then the model on its GPU.
+void RankRunner::setUpNccl(const collective::CommOptions& co) {
+#ifdef BPFTRAIN_WITH_NCCL_BACKEND
+  const NcclEnvironment env = ncclEnvironment(o_, environmentMap(), findNcclPlugin());
+  if (!env.error.empty()) throw std::runtime_error(env.error);
+  std::string said;
+  for (const EnvAssignment& a : env.set) {
+    setenv(a.name.c_str(), a.value.c_str(), 1);
+    said += " " + a.name + "=" + a.value;
+  }
+  for (const std::string& k : env.kept) said += " " + k + " (yours)";
+  if (!said.empty()) log("nccl environment:%s", said.c_str());
+  auto comm = createNcclCommunicator(co);
+  nccl_ = comm.get();
+  comm_ = std::move(comm);
+  gpu_ =
+      std::make_unique<gpu::GpuMlp>(o_.model, split_->train, split_->test, std::max(o_.batch, 128),
+                                    control::kSyncWordFloats, nccl_->stream());
+  if (gpu_->parameterCount() != model_->parameterCount())
+    throw std::runtime_error("GPU model layout differs from the CPU model's");
+  log("GPU model: kernels compiled for %s, cuBLAS %s", gpu_->arch().c_str(),
+      gpu::gpuLibrary().cublas_path.c_str());
+#else
+  (void)co;
+#endif
+}
+
+float RankRunner::computeGradients(uint64_t step) {
+#ifdef BPFTRAIN_WITH_NCCL_BACKEND
+  if (gpu_) return gpu_->computeGradients(sharder_->batchFor(step));
+#endif
+  return model_->computeGradients(split_->train, sharder_->batchFor(step));
+}
+
+// On the GPU the allreduce sums the device buffer in place; only the control-word tail travels
+// to and from the host, where ConfigSync writes and reads it.
+void RankRunner::allreduceGradients() {
+#ifdef BPFTRAIN_WITH_NCCL_BACKEND
+  if (gpu_) {
+    gpu_->uploadTail(model_->gradientTail());
+    nccl_->allreduceDevice(gpu_->gradientsWithTail(), gpu_->gradientsWithTailCount());
+    gpu_->downloadTail(model_->gradientTail());
+    return;
+  }
+#endif
+  comm_->allreduce(model_->gradientsWithTail(), config().topology);
+}
+
+void RankRunner::applyGradients(float grad_scale) {
+#ifdef BPFTRAIN_WITH_NCCL_BACKEND
+  if (gpu_) return gpu_->applyGradients(o_.lr, o_.momentum, grad_scale);
+#endif
+  model_->applyGradients(o_.lr, o_.momentum, grad_scale);
+}
+
+double RankRunner::testAccuracy() {
+#ifdef BPFTRAIN_WITH_NCCL_BACKEND
+  if (gpu_) return gpu_->accuracy();
+#endif
+  return model_->accuracy(split_->test);
+}
+
+void RankRunner::copyModelToHost() {
+#ifdef BPFTRAIN_WITH_NCCL_BACKEND
+  if (gpu_) gpu_->download(model_->parameters(), model_->momentum());
+#endif
+}
+
+void RankRunner::copyModelToDevice() {
+#ifdef BPFTRAIN_WITH_NCCL_BACKEND
+  if (gpu_) gpu_->upload(model_->parameters(), model_->momentum());
+#endif
+}
+
+// NCCL runs its own algorithms: the Gloo topology in the config word means nothing there.
+std::string RankRunner::topologyLabel(Topology t) const {
+  if (o_.backend == "nccl") return "nccl:" + (o_.nccl_algo.empty() ? "auto" : o_.nccl_algo);
+  return std::string(topologyName(t));
 }
 
 void RankRunner::maybeResume() {
@@ -337,11 +434,14 @@ void RankRunner::startControl() {
         [this](uint64_t rejected) {
           if (emitter_) emitter_->addCounter(MetricId::kControlRejected, double(rejected));
         },
-        runnableTopologies(o_.transport),
+        // NCCL runs its own algorithms: a Gloo topology cannot be switched to there.
+        o_.backend == "nccl" ? 1u << unsigned(config().topology) : runnableTopologies(o_.transport),
         [this](const control::Decision& d) {
           log("decision epoch %" PRIu64 " refused: %s; the job keeps topology %s", d.config.epoch,
-              collective::topologyUnsupported(d.config.topology, o_.transport).c_str(),
-              std::string(topologyName(config().topology)).c_str());
+              o_.backend == "nccl"
+                  ? "--backend nccl runs NCCL's algorithms (steered by --nccl-control)"
+                  : collective::topologyUnsupported(d.config.topology, o_.transport).c_str(),
+              topologyLabel(config().topology).c_str());
         });
     sync_->addSource(*decisions_);
   }
@@ -396,6 +496,7 @@ void RankRunner::afterStep(uint64_t step, bool features_on, double step_s, doubl
                         collective::busBandwidth(bytes, allreduce_s, o_.world)});
     emitter_->setGauge(MetricId::kLoss, loss_);
     emitter_->setGauge(MetricId::kSamplesPerSecond, step_s > 0 ? o_.batch / step_s : 0);
+    emitter_->stepEnded();
     emitter_->setGauge(MetricId::kStep, double(step + 1));
   }
   // Once a second: threads may have appeared, and AnonHugePages moves slowly.
@@ -408,7 +509,7 @@ void RankRunner::afterStep(uint64_t step, bool features_on, double step_s, doubl
     }
   }
   if (o_.eval_every > 0 && o_.rank == 0 && (step + 1) % uint64_t(o_.eval_every) == 0) {
-    double acc = model_->accuracy(split_->test);
+    double acc = testAccuracy();
     if (emitter_) emitter_->setGauge(MetricId::kAccuracy, acc);
     log("step %" PRIu64 " loss %.4f test accuracy %.4f", step + 1, loss_, acc);
   }
@@ -419,6 +520,7 @@ void RankRunner::afterStep(uint64_t step, bool features_on, double step_s, doubl
 void RankRunner::checkpoint(uint64_t step_done) {
   if (emitter_) emitter_->setGauge(MetricId::kCheckpointActive, 1);
   if (o_.rank == 0) {
+    copyModelToHost();
     model::CheckpointState st;
     st.step = step_done;
     // The configuration the next step runs with, so the resumed run switches where this one does.
@@ -449,6 +551,7 @@ int RankRunner::run() {
   connect();
   startTelemetry();
   maybeResume();
+  copyModelToDevice();
   startControl();
   if (emitter_) {
     emitter_->start();
@@ -461,8 +564,8 @@ int RankRunner::run() {
       "steps %" PRIu64 "..%" PRIu64,
       o_.world, o_.rank_source.c_str(), local_rank_, local_world_, o_.model.name.c_str(),
       model_->parameterCount(), double(model_->parameterCount()) * 4 / (1 << 20),
-      std::string(topologyName(config().topology)).c_str(),
-      std::string(pinModeName(config().pinning)).c_str(), start_step_, o_.steps);
+      topologyLabel(config().topology).c_str(), std::string(pinModeName(config().pinning)).c_str(),
+      start_step_, o_.steps);
 
   const float grad_scale = 1.0f / float(o_.world);
   StepTotals totals;
@@ -472,14 +575,19 @@ int RankRunner::run() {
   for (uint64_t step = start_step_; step < o_.steps; ++step) {
     const bool features_on = hooks_->featuresOn(step);
     const auto t0 = Clock::now();
+    if (emitter_ && features_on)
+      emitter_->stepStarted(
+          uint64_t(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count()),
+          double(o_.batch));
     syncAtBoundary(step, features_on);
-    loss_ = model_->computeGradients(split_->train, sharder_->batchFor(step));
+    loss_ = computeGradients(step);
     sync_->writeTail(step, features_on, Clock::now(), model_->gradientTail());
     const auto t1 = Clock::now();
-    comm_->allreduce(model_->gradientsWithTail(), config().topology);
+    allreduceGradients();
     const auto t2 = Clock::now();
     sync_->readTail(model_->gradientTail());
-    model_->applyGradients(o_.lr, o_.momentum, grad_scale);
+    applyGradients(grad_scale);
     const double step_s = seconds(Clock::now() - t0), allreduce_s = seconds(t2 - t1);
     totals.step_s += step_s;
     totals.compute_s += seconds(t1 - t0);
@@ -504,18 +612,18 @@ int RankRunner::run() {
 }
 
 void RankRunner::report(uint64_t end_step, const StepTotals& totals) {
-  const double accuracy = model_->accuracy(split_->test);
+  const double accuracy = testAccuracy();
+  copyModelToHost();  // for params_hash
   if (emitter_) {
     emitter_->setGauge(MetricId::kAccuracy, accuracy);
     emitter_->stop();  // flushes what is pending
   }
-  std::printf("bpftrain-train: rank %d: final step %" PRIu64
-              " loss %.4f test_accuracy %.4f "
-              "epoch %" PRIu64 " topology %s pinning %s params_hash 0x%016" PRIx64 "\n",
-              o_.rank, end_step, loss_, accuracy, config().epoch,
-              std::string(topologyName(config().topology)).c_str(),
-              std::string(pinModeName(config().pinning)).c_str(),
-              model::hashFloats(model_->parameters()));
+  std::printf(
+      "bpftrain-train: rank %d: final step %" PRIu64
+      " loss %.4f test_accuracy %.4f "
+      "epoch %" PRIu64 " topology %s pinning %s params_hash 0x%016" PRIx64 "\n",
+      o_.rank, end_step, loss_, accuracy, config().epoch, topologyLabel(config().topology).c_str(),
+      std::string(pinModeName(config().pinning)).c_str(), model::hashFloats(model_->parameters()));
   const double bytes = double(model_->parameterCount()) * sizeof(float);
   const double n_steps = double(std::max<uint64_t>(1, end_step - std::min(end_step, start_step_)));
   std::printf(

@@ -174,10 +174,13 @@ TEST(Options, RejectsBadCombinationsWithOneLine) {
       {"--backend", "mpi"},
       {"--sync", "sometimes"},
       {"--steps"},
-      // NCCL chooses its own algorithm: nothing to set or switch.
+      // What --backend nccl cannot honour: Gloo's topologies, the draws that switch them, a
+      // fixed algorithm under the controller, NUMA placement of a model in GPU memory, ibverbs.
       {"--backend", "nccl", "--topology", "bcube"},
       {"--backend", "nccl", "--switch-every", "5"},
-      {"--backend", "nccl", "--adaptive", "--secret", "/s"},
+      {"--backend", "nccl", "--adaptive", "--secret", "/s", "--topology", "tree"},
+      {"--backend", "nccl", "--pin", "numa"},
+      {"--backend", "nccl", "--transport", "ibverbs", "--topology", "bcube"},
   };
   for (auto& args : bad) {
     std::string e;
@@ -185,6 +188,44 @@ TEST(Options, RejectsBadCombinationsWithOneLine) {
     EXPECT_FALSE(e.empty());
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
+}
+
+// --topology names NCCL's algorithms once --backend nccl is given (in either order); --adaptive
+// is accepted there (the plugin carries it); the one-line refusals name what to do instead.
+TEST(Options, NcclBackendTakesNcclAlgorithmsAndAdaptive) {
+  std::string e;
+  for (const char* algo :
+       {"ring", "tree", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"}) {
+    auto o = parse({"--topology", algo, "--backend", "nccl"}, {}, e);
+    ASSERT_TRUE(o) << algo << ": " << e;
+    EXPECT_EQ(o->nccl_algo, algo);
+    EXPECT_EQ(o->topology, Topology::kRing);  // the Gloo field keeps its default
+  }
+  auto o = parse({"--backend", "nccl"}, {}, e);
+  ASSERT_TRUE(o) << e;
+  EXPECT_EQ(o->nccl_algo, "");  // NCCL's own choice
+  o = parse({"--backend", "nccl", "--adaptive", "--secret", "/s", "--pin", "spread"}, {}, e);
+  ASSERT_TRUE(o) << e;
+  EXPECT_TRUE(o->adaptive);
+  // Gloo does not take NCCL's names, and NCCL not Gloo's; each error lists the other's.
+  EXPECT_FALSE(parse({"--topology", "tree"}, {}, e));
+  EXPECT_NE(e.find("expected ring, halving-doubling, bcube or hierarchical"), std::string::npos)
+      << e;
+  EXPECT_FALSE(parse({"--backend", "nccl", "--topology", "halving-doubling"}, {}, e));
+  EXPECT_NE(e.find("ring, tree, collnet_direct, collnet_chain, nvls, nvls_tree or pat"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("need --backend gloo"), std::string::npos) << e;
+  EXPECT_FALSE(
+      parse({"--backend", "nccl", "--adaptive", "--secret", "/s", "--topology", "ring"}, {}, e));
+  EXPECT_NE(e.find("--nccl-control chooses"), std::string::npos) << e;
+  EXPECT_FALSE(parse({"--backend", "nccl", "--switch-every", "5"}, {}, e));
+  EXPECT_NE(e.find("needs --backend gloo"), std::string::npos) << e;
+  EXPECT_FALSE(parse({"--backend", "nccl", "--pin", "numa"}, {}, e));
+  EXPECT_NE(e.find("GPU memory"), std::string::npos) << e;
+  EXPECT_FALSE(parse({"--backend", "nccl", "--adaptive"}, {}, e));
+  EXPECT_NE(e.find("--adaptive needs --secret"), std::string::npos) << e;
+  EXPECT_NE(usage().find("ring|tree|collnet_direct"), std::string::npos);
 }
 
 TEST(Options, IbverbsTransportTakesDevicesAndRefusesUnboundTopologies) {
