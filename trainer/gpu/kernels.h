@@ -10,7 +10,7 @@
 
 namespace bpftrain::trainer::gpu {
 
-// The source of every kernel, one translation unit.
+// The source of every kernel (kernels.cuh), one translation unit.
 extern const char* const kKernelSource;
 
 // The kernels gpu_mlp.cc looks up by name (extern "C": no mangling), in kernelIndex order.
