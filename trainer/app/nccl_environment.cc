@@ -8,14 +8,13 @@
 namespace bpftrain::trainer::app {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kAlgorithms = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kAlgorithms = {{
     {"ring", "Ring"},
     {"tree", "Tree"},
     {"collnet_direct", "CollnetDirect"},
     {"collnet_chain", "CollnetChain"},
     {"nvls", "NVLS"},
     {"nvls_tree", "NVLSTree"},
-    {"pat", "PAT"},
 }};
 
 std::string lower(std::string_view s) {
@@ -36,7 +35,7 @@ bool isNcclAlgorithm(std::string_view name) { return !ncclAlgoValue(name).empty(
 
 std::string ncclAlgoValue(std::string_view name) {
   for (const auto& [ours, nccl] : kAlgorithms)
-    if (name == ours) return std::string(nccl);
+    if (name == ours) return "AllReduce:" + std::string(nccl);
   return "";
 }
 
@@ -47,7 +46,9 @@ NcclEnvironment ncclEnvironment(const Options& o, const std::map<std::string, st
   if (!o.nccl_algo.empty()) {
     const std::string value = ncclAlgoValue(o.nccl_algo);
     if (const std::string* theirs = lookup(env, "NCCL_ALGO")) {
-      if (lower(*theirs) != lower(value)) {
+      // Theirs agrees when it names the same algorithm, for allreduce or for everything.
+      const std::string plain = value.substr(value.find(':') + 1);
+      if (lower(*theirs) != lower(value) && lower(*theirs) != lower(plain)) {
         out.error = "--topology " + o.nccl_algo + " asks NCCL_ALGO=" + value +
                     " but the environment has NCCL_ALGO=" + *theirs +
                     ": unset NCCL_ALGO or drop --topology";

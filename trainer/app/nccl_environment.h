@@ -19,11 +19,15 @@
 
 namespace bpftrain::trainer::app {
 
-// NCCL's allreduce algorithms by the names the collector's tuner decisions use.
+// NCCL's allreduce algorithms by the names the collector's tuner decisions use (PAT, NCCL's
+// seventh, runs allgather and reducescatter only).
 inline constexpr std::string_view kNcclAlgorithmList =
-    "ring, tree, collnet_direct, collnet_chain, nvls, nvls_tree or pat";
+    "ring, tree, collnet_direct, collnet_chain, nvls or nvls_tree";
 bool isNcclAlgorithm(std::string_view name);
-// NCCL_ALGO's spelling: Ring, Tree, CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT.
+// NCCL_ALGO for allreduce only ("AllReduce:Tree"; NCCL's parser takes a function prefix and
+// matches names case-insensitively): a bare "Tree" would apply to every collective, and NCCL then
+// fails Broadcast, AllGather and ReduceScatter, which have no tree ("no algorithm/protocol
+// available ... NCCL_ALGO was set to Tree").
 std::string ncclAlgoValue(std::string_view name);
 
 struct EnvAssignment {

@@ -60,8 +60,8 @@ std::string usage() {
   --backend gloo|nccl       collective backend; nccl trains on the GPU (needs a CUDA GPU, libnccl,
                             libcudart, libcublas, libnvrtc)
   --topology ring|halving-doubling|bcube|hierarchical
-                            with --backend nccl, NCCL's algorithm: ring|tree|collnet_direct|
-                            collnet_chain|nvls|nvls_tree|pat (default: NCCL's own choice)
+                            with --backend nccl, NCCL's allreduce algorithm: ring|tree|
+                            collnet_direct|collnet_chain|nvls|nvls_tree (default: NCCL's choice)
   --pin none|compact|spread|numa
   --adaptive                accept signed controller decisions on --control (rank 0); with
                             --backend nccl also load libnccl-bpftrain.so (tuner + profiler) so

@@ -200,7 +200,7 @@ TEST(Options, RejectsBadCombinationsWithOneLine) {
 TEST(Options, NcclBackendTakesNcclAlgorithmsAndAdaptive) {
   std::string e;
   for (const char* algo :
-       {"ring", "tree", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"}) {
+       {"ring", "tree", "collnet_direct", "collnet_chain", "nvls", "nvls_tree"}) {
     auto o = parse({"--topology", algo, "--backend", "nccl"}, {}, e);
     ASSERT_TRUE(o) << algo << ": " << e;
     EXPECT_EQ(o->nccl_algo, algo);
@@ -217,7 +217,7 @@ TEST(Options, NcclBackendTakesNcclAlgorithmsAndAdaptive) {
   EXPECT_NE(e.find("expected ring, halving-doubling, bcube or hierarchical"), std::string::npos)
       << e;
   EXPECT_FALSE(parse({"--backend", "nccl", "--topology", "halving-doubling"}, {}, e));
-  EXPECT_NE(e.find("ring, tree, collnet_direct, collnet_chain, nvls, nvls_tree or pat"),
+  EXPECT_NE(e.find("ring, tree, collnet_direct, collnet_chain, nvls or nvls_tree"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("need --backend gloo"), std::string::npos) << e;
@@ -230,7 +230,8 @@ TEST(Options, NcclBackendTakesNcclAlgorithmsAndAdaptive) {
   EXPECT_NE(e.find("GPU memory"), std::string::npos) << e;
   EXPECT_FALSE(parse({"--backend", "nccl", "--adaptive"}, {}, e));
   EXPECT_NE(e.find("--adaptive needs --secret"), std::string::npos) << e;
-  EXPECT_NE(usage().find("ring|tree|collnet_direct"), std::string::npos);
+  EXPECT_NE(usage().find("ring|tree|"), std::string::npos);
+  EXPECT_FALSE(parse({"--backend", "nccl", "--topology", "pat"}, {}, e));  // not for allreduce
 }
 
 TEST(Options, IbverbsTransportTakesDevicesAndRefusesUnboundTopologies) {
@@ -272,9 +273,9 @@ const PluginSearch kPlugin{"/opt/bpftrain/lib/libnccl-bpftrain.so", {"/build", "
 TEST(NcclEnvironment, TopologyBecomesNcclAlgo) {
   auto env = ncclEnvironment(nccl({"--topology", "tree"}), {}, kPlugin);
   EXPECT_EQ(env.error, "");
-  EXPECT_EQ(env.set, (std::vector<EnvAssignment>{{"NCCL_ALGO", "Tree"}}));
+  EXPECT_EQ(env.set, (std::vector<EnvAssignment>{{"NCCL_ALGO", "AllReduce:Tree"}}));
   EXPECT_EQ(ncclEnvironment(nccl({"--topology", "nvls_tree"}), {}, kPlugin).set,
-            (std::vector<EnvAssignment>{{"NCCL_ALGO", "NVLSTree"}}));
+            (std::vector<EnvAssignment>{{"NCCL_ALGO", "AllReduce:NVLSTree"}}));
   // NCCL's own choice, and a Gloo run, set nothing.
   EXPECT_TRUE(ncclEnvironment(nccl({}), {}, kPlugin).set.empty());
   Options gloo;
@@ -287,6 +288,10 @@ TEST(NcclEnvironment, TheUsersNcclAlgoWinsOnlyWhenItAgrees) {
   EXPECT_EQ(same.error, "");
   EXPECT_TRUE(same.set.empty());
   EXPECT_EQ(same.kept, (std::vector<std::string>{"NCCL_ALGO=RING"}));
+  EXPECT_EQ(
+      ncclEnvironment(nccl({"--topology", "tree"}), {{"NCCL_ALGO", "allreduce:tree"}}, kPlugin)
+          .error,
+      "");
   auto other = ncclEnvironment(nccl({"--topology", "ring"}), {{"NCCL_ALGO", "Tree"}}, kPlugin);
   EXPECT_NE(other.error.find("NCCL_ALGO=Tree"), std::string::npos) << other.error;
   EXPECT_NE(other.error.find("unset NCCL_ALGO or drop --topology"), std::string::npos);
