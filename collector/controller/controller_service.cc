@@ -1,7 +1,6 @@
 #include "collector/controller/controller_service.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "common/clock.h"
@@ -43,17 +42,11 @@ std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig co
     if (!s->channel_) return nullptr;
   }
   // Both logs are JSON lines appended to a file the user named; none when the path is empty.
-  auto openLog = [&error](const std::string& path, const char* what, std::FILE*& out) {
-    if (path.empty()) return true;
-    out = std::fopen(path.c_str(), "a");
-    if (out == nullptr)
-      error = std::string("controller: cannot open ") + what + " '" + path +
-              "': " + std::strerror(errno) + " (choose a writable path)";
-    return out != nullptr;
-  };
-  if (!openLog(config.decisions_log, "decisions log", s->log_) ||
-      !openLog(config.features_log, "features log", s->features_log_))
+  if (!s->log_.open(config.decisions_log, "decisions log", error) ||
+      !s->features_log_.open(config.features_log, "features log", error)) {
+    error = "controller: " + error;
     return nullptr;
+  }
   if (!config.job.empty()) s->extractor_ = std::make_unique<FeatureExtractor>(config.job);
   s->policy_ = std::move(policy);
   s->metrics_ = metrics;
@@ -61,26 +54,13 @@ std::unique_ptr<ControllerService> ControllerService::create(ControllerConfig co
   return s;
 }
 
-ControllerService::~ControllerService() {
-  if (log_ != nullptr) std::fclose(log_);
-  if (features_log_ != nullptr) std::fclose(features_log_);
-}
-
-void ControllerService::writeLog(const nlohmann::json& line) {
-  if (log_ == nullptr) return;
-  std::string text = line.dump();
-  text.push_back('\n');
-  std::fwrite(text.data(), 1, text.size(), log_);
-  std::fflush(log_);
-}
+ControllerService::~ControllerService() = default;
 
 void ControllerService::count(const metrics::MetricDef& metric,
                               std::initializer_list<window::Label> labels, double value,
                               int64_t now_ns) {
-  if (metrics_ == nullptr) return;
-  window::SeriesId id = window::lookupMetric(
-      *metrics_, metric, std::span<const window::Label>(labels.begin(), labels.size()));
-  if (id != window::kRejectedSeries) metrics_->record(config_.writer, id, value, now_ns);
+  if (metrics_ != nullptr)
+    window::recordMetric(*metrics_, config_.writer, metric, labels, value, now_ns);
 }
 
 void ControllerService::send(const Pending& p, int64_t now_ns) {
@@ -114,15 +94,15 @@ void ControllerService::diagnose(const Features& f, int64_t now_ns) {
     std::fprintf(stderr, "controller: diagnosis %.*s%s%s: %s\n", int(d.cause.size()),
                  d.cause.data(), d.link.empty() ? "" : " ", d.link.c_str(),
                  d.detail.empty() ? "no cause found" : d.detail.c_str());
-    writeLog({{"event", "diagnosis"},
-              {"job", f.job},
-              {"cause", d.cause},
-              {"rank", d.rank},
-              {"link", d.link},
-              {"carried", d.carried},
-              {"detail", d.detail},
-              {"topology", f.topology ? std::string(topologyName(*f.topology)) : ""},
-              {"wall_ns", realtimeNowNs()}});
+    log_.write({{"event", "diagnosis"},
+                {"job", f.job},
+                {"cause", d.cause},
+                {"rank", d.rank},
+                {"link", d.link},
+                {"carried", d.carried},
+                {"detail", d.detail},
+                {"topology", f.topology ? std::string(topologyName(*f.topology)) : ""},
+                {"wall_ns", realtimeNowNs()}});
     reported_ = d;
   }
   count(metrics::kDiagnosisInfo,
@@ -144,13 +124,12 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   diagnose(f, now_ns);
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
   // What the policy saw, every kFeaturesLogEvery steps: thresholds are calibrated from these.
-  if (features_log_ && ++steps_seen_ % kFeaturesLogEvery == 0) {
+  if (features_log_.isOpen() && ++steps_seen_ % kFeaturesLogEvery == 0) {
     nlohmann::json line = {{"job", f.job},
                            {"arm", armName(current)},
                            {"features", featuresJson(f)},
                            {"wall_ns", realtimeNowNs()}};
-    std::fprintf(features_log_, "%s\n", line.dump().c_str());
-    std::fflush(features_log_);
+    features_log_.write(line);
   }
 
   if (pending_) {
@@ -158,13 +137,13 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
       double latency_s = double(now_ns - pending_->decided_ns) * 1e-9;
       ++stats_.applied;
       count(metrics::kControllerApplySeconds, {}, latency_s, now_ns);
-      writeLog({{"event", "applied"},
-                {"job", f.job},
-                {"epoch", pending_->epoch},
-                {"to", armName(pending_->to)},
-                {"apply_latency_s", latency_s},
-                {"retries", pending_->retries},
-                {"wall_ns", realtimeNowNs()}});
+      log_.write({{"event", "applied"},
+                  {"job", f.job},
+                  {"epoch", pending_->epoch},
+                  {"to", armName(pending_->to)},
+                  {"apply_latency_s", latency_s},
+                  {"retries", pending_->retries},
+                  {"wall_ns", realtimeNowNs()}});
       pending_.reset();
     } else if (f.checkpoint_active) {
       return;  // the trainer applies nothing mid-checkpoint; resend afterwards
@@ -175,12 +154,12 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
                    "controller: trainer did not apply epoch %llu after %d sends; is it running "
                    "with --adaptive and the same --secret? deciding afresh\n",
                    (unsigned long long)pending_->epoch, config_.max_retries);
-      writeLog({{"event", "abandoned"},
-                {"job", f.job},
-                {"epoch", pending_->epoch},
-                {"to", armName(pending_->to)},
-                {"trainer_epoch", f.epoch_min},
-                {"wall_ns", realtimeNowNs()}});
+      log_.write({{"event", "abandoned"},
+                  {"job", f.job},
+                  {"epoch", pending_->epoch},
+                  {"to", armName(pending_->to)},
+                  {"trainer_epoch", f.epoch_min},
+                  {"wall_ns", realtimeNowNs()}});
       pending_.reset();
     } else {
       send(*pending_, now_ns);
@@ -213,20 +192,20 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   std::fprintf(stderr, "controller: %s %s -> %s (%.*s: %s)\n",
                config_.mode == ControlMode::kAdvise ? "advises" : "switches", from.c_str(),
                to.c_str(), int(d.reason.size()), d.reason.data(), d.detail.c_str());
-  writeLog({{"event", "decision"},
-            {"mode", controlModeName(config_.mode)},
-            {"policy", policy_->name()},
-            {"job", f.job},
-            {"epoch", config_.mode == ControlMode::kAdvise ? 0 : epoch},
-            {"from", from},
-            {"to", to},
-            {"reason", d.reason},
-            {"detail", d.detail},
-            {"diagnosis",
-             {{"cause", reported_.cause}, {"link", reported_.link}, {"rank", reported_.rank}}},
-            {"decide_latency_us", decide_us},
-            {"features", featuresJson(f)},
-            {"wall_ns", realtimeNowNs()}});
+  log_.write({{"event", "decision"},
+              {"mode", controlModeName(config_.mode)},
+              {"policy", policy_->name()},
+              {"job", f.job},
+              {"epoch", config_.mode == ControlMode::kAdvise ? 0 : epoch},
+              {"from", from},
+              {"to", to},
+              {"reason", d.reason},
+              {"detail", d.detail},
+              {"diagnosis",
+               {{"cause", reported_.cause}, {"link", reported_.link}, {"rank", reported_.rank}}},
+              {"decide_latency_us", decide_us},
+              {"features", featuresJson(f)},
+              {"wall_ns", realtimeNowNs()}});
   if (config_.mode == ControlMode::kAdvise) return;
   last_epoch_sent_ = epoch;
   pending_ = Pending{epoch, current, d.to, now_ns, 0};

@@ -17,6 +17,7 @@
 #include "collector/controller/control_mode.h"
 #include "collector/controller/diagnosis.h"
 #include "collector/controller/features.h"
+#include "collector/controller/json_lines_log.h"
 #include "collector/controller/policy.h"
 #include "collector/window/series_store.h"
 #include "common/metric_catalogue.h"
@@ -82,7 +83,6 @@ class ControllerService {
     int retries;
   };
   ControllerService() = default;
-  void writeLog(const nlohmann::json& line);
   void count(const metrics::MetricDef& metric, std::initializer_list<window::Label> labels,
              double value, int64_t now_ns);
   void send(const Pending& p, int64_t now_ns);
@@ -92,7 +92,7 @@ class ControllerService {
   std::unique_ptr<Policy> policy_;
   std::unique_ptr<ControlChannel> channel_;
   window::SeriesStore* metrics_ = nullptr;
-  std::FILE* log_ = nullptr;
+  JsonLinesLog log_;
   std::unique_ptr<FeatureExtractor> extractor_;
   Features empty_;
   std::optional<Pending> pending_;
@@ -103,7 +103,7 @@ class ControllerService {
   Diagnosis reported_;  // the diagnosis last exported and logged
   static constexpr uint64_t kFeaturesLogEvery = 4;
   uint64_t steps_seen_ = 0;
-  std::FILE* features_log_ = nullptr;
+  JsonLinesLog features_log_;
 };
 
 }  // namespace bpftrain::collector::controller

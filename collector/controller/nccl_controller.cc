@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -80,14 +79,7 @@ std::unique_ptr<NcclController> NcclController::create(NcclControllerConfig conf
       return nullptr;
     }
   }
-  if (!config.decisions_log.empty()) {
-    c->log_ = std::fopen(config.decisions_log.c_str(), "a");
-    if (c->log_ == nullptr) {
-      error = "cannot open decisions log '" + config.decisions_log + "': " + std::strerror(errno) +
-              " (choose a writable path)";
-      return nullptr;
-    }
-  }
+  if (!c->log_.open(config.decisions_log, "decisions log", error)) return nullptr;
   if (getrandom(&c->sender_id_, sizeof c->sender_id_, GRND_NONBLOCK) != sizeof c->sender_id_)
     c->sender_id_ = uint64_t(getpid()) << 32 ^ uint64_t(monotonicNowNs());
   c->config_ = std::move(config);
@@ -96,25 +88,13 @@ std::unique_ptr<NcclController> NcclController::create(NcclControllerConfig conf
   return c;
 }
 
-NcclController::~NcclController() {
-  if (log_ != nullptr) std::fclose(log_);
-}
-
-void NcclController::writeLog(const nlohmann::json& line) {
-  if (log_ == nullptr) return;
-  std::string text = line.dump();
-  text.push_back('\n');
-  std::fwrite(text.data(), 1, text.size(), log_);
-  std::fflush(log_);
-}
+NcclController::~NcclController() = default;
 
 void NcclController::count(const metrics::MetricDef& metric,
                            std::initializer_list<window::Label> labels, double value,
                            int64_t now_ns) {
-  if (metrics_ == nullptr) return;
-  window::SeriesId id = window::lookupMetric(
-      *metrics_, metric, std::span<const window::Label>(labels.begin(), labels.size()));
-  if (id != window::kRejectedSeries) metrics_->record(config_.writer, id, value, now_ns);
+  if (metrics_ != nullptr)
+    window::recordMetric(*metrics_, config_.writer, metric, labels, value, now_ns);
 }
 
 bool NcclController::sendDecision(CommState& c, const std::vector<const NcclSender*>& to,
@@ -299,16 +279,16 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
         const double latency_s = double(now_ns - p.decided_ns) * 1e-9;
         ++stats_.applied;
         count(metrics::kControllerApplySeconds, {}, latency_s, now_ns);
-        writeLog({{"event", "applied"},
-                  {"policy", "nccl"},
-                  {"job", job},
-                  {"comm", comm},
-                  {"epoch", p.epoch},
-                  {"to", ncclArmName(p.to)},
-                  {"start_call", p.start_call},
-                  {"progress_min", min_calls},
-                  {"apply_latency_s", latency_s},
-                  {"wall_ns", realtimeNowNs()}});
+        log_.write({{"event", "applied"},
+                    {"policy", "nccl"},
+                    {"job", job},
+                    {"comm", comm},
+                    {"epoch", p.epoch},
+                    {"to", ncclArmName(p.to)},
+                    {"start_call", p.start_call},
+                    {"progress_min", min_calls},
+                    {"apply_latency_s", latency_s},
+                    {"wall_ns", realtimeNowNs()}});
         c.applied = p.to;
         c.applied_epoch = p.epoch;
         c.pending.reset();
@@ -324,16 +304,16 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
                      (unsigned long long)p.start_call, (unsigned long long)epoch_min,
                      (unsigned long long)epoch_max,
                      split ? "; deciding the previous arm again for every rank" : "");
-        writeLog({{"event", "abandoned"},
-                  {"policy", "nccl"},
-                  {"job", job},
-                  {"comm", comm},
-                  {"epoch", p.epoch},
-                  {"to", ncclArmName(p.to)},
-                  {"start_call", p.start_call},
-                  {"epoch_min", epoch_min},
-                  {"epoch_max", epoch_max},
-                  {"wall_ns", realtimeNowNs()}});
+        log_.write({{"event", "abandoned"},
+                    {"policy", "nccl"},
+                    {"job", job},
+                    {"comm", comm},
+                    {"epoch", p.epoch},
+                    {"to", ncclArmName(p.to)},
+                    {"start_call", p.start_call},
+                    {"epoch_min", epoch_min},
+                    {"epoch_max", epoch_max},
+                    {"wall_ns", realtimeNowNs()}});
         const Pending missed = p;  // p dies with the reset below
         const NcclArm back = missed.from;
         c.pending.reset();
@@ -349,18 +329,18 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
               metrics::kControllerDecisions,
               {{"from", ncclArmName(missed.to)}, {"to", ncclArmName(back)}, {"reason", "recover"}},
               1, now_ns);
-          writeLog({{"event", "decision"},
-                    {"mode", controlModeName(config_.mode)},
-                    {"policy", "nccl"},
-                    {"job", job},
-                    {"comm", comm},
-                    {"epoch", epoch},
-                    {"from", "split"},
-                    {"to", ncclArmName(back)},
-                    {"reason", "recover"},
-                    {"start_call", start},
-                    {"lead_calls", lead},
-                    {"wall_ns", realtimeNowNs()}});
+          log_.write({{"event", "decision"},
+                      {"mode", controlModeName(config_.mode)},
+                      {"policy", "nccl"},
+                      {"job", job},
+                      {"comm", comm},
+                      {"epoch", epoch},
+                      {"from", "split"},
+                      {"to", ncclArmName(back)},
+                      {"reason", "recover"},
+                      {"start_call", start},
+                      {"lead_calls", lead},
+                      {"wall_ns", realtimeNowNs()}});
           last_epoch_sent_ = epoch;
           c.pending = Pending{epoch, missed.to, back, start, now_ns, 0, true};
           sendDecision(c, to, epoch, start, coll, back, now_ns);
@@ -414,28 +394,28 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
     for (const NcclArm& a : o.available)
       if (c.policy.readings(a) > 0) arms[ncclArmName(a)] = c.policy.meanSeconds(a);
     if (c.policy.readings(NcclArm{}) > 0) arms["nccl"] = c.policy.meanSeconds(NcclArm{});
-    writeLog({{"event", "decision"},
-              {"mode", controlModeName(config_.mode)},
-              {"policy", "nccl"},
-              {"job", job},
-              {"comm", comm},
-              {"collective", std::string(kNcclCollectiveNames[coll])},
-              {"epoch", config_.mode == ControlMode::kAdvise ? 0 : epoch},
-              {"from", from},
-              {"to", to_name},
-              {"reason", d.reason},
-              {"detail", d.detail},
-              {"start_call", start},
-              {"progress_max", max_calls},
-              {"lead_calls", lead},
-              {"calls_per_s", c.calls_per_s},
-              {"ranks", reporting},
-              {"seconds_per_collective", arms},
-              {"kernel",
-               {{"migrations_per_s", migrations},
-                {"retransmits_per_s", f.retransmits_per_s},
-                {"rtt_p50_s", f.rtt_p50_s}}},
-              {"wall_ns", realtimeNowNs()}});
+    log_.write({{"event", "decision"},
+                {"mode", controlModeName(config_.mode)},
+                {"policy", "nccl"},
+                {"job", job},
+                {"comm", comm},
+                {"collective", std::string(kNcclCollectiveNames[coll])},
+                {"epoch", config_.mode == ControlMode::kAdvise ? 0 : epoch},
+                {"from", from},
+                {"to", to_name},
+                {"reason", d.reason},
+                {"detail", d.detail},
+                {"start_call", start},
+                {"progress_max", max_calls},
+                {"lead_calls", lead},
+                {"calls_per_s", c.calls_per_s},
+                {"ranks", reporting},
+                {"seconds_per_collective", arms},
+                {"kernel",
+                 {{"migrations_per_s", migrations},
+                  {"retransmits_per_s", f.retransmits_per_s},
+                  {"rtt_p50_s", f.rtt_p50_s}}},
+                {"wall_ns", realtimeNowNs()}});
     if (config_.mode == ControlMode::kAdvise) continue;
     last_epoch_sent_ = epoch;
     c.pending = Pending{epoch, o.in_force, d.to, start, now_ns, 0, false};

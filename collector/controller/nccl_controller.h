@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "collector/controller/control_mode.h"
+#include "collector/controller/json_lines_log.h"
 #include "collector/controller/nccl_policy.h"
 #include "collector/window/series_store.h"
 #include "common/host_port.h"
@@ -127,7 +128,6 @@ class NcclController {
   };
 
   NcclController() = default;
-  void writeLog(const nlohmann::json& line);
   void count(const metrics::MetricDef& metric, std::initializer_list<window::Label> labels,
              double value, int64_t now_ns);
   bool sendDecision(CommState& c, const std::vector<const NcclSender*>& to, uint64_t epoch,
@@ -136,7 +136,7 @@ class NcclController {
   NcclControllerConfig config_;
   NcclSendFn send_;
   window::SeriesStore* metrics_ = nullptr;
-  std::FILE* log_ = nullptr;
+  JsonLinesLog log_;
   std::map<std::pair<std::string, std::string>, CommState> comms_;  // by (job, comm label)
   uint64_t last_epoch_sent_ = 0;
   uint64_t sender_id_ = 0;

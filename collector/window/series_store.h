@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -156,6 +157,15 @@ using ::bpftrain::monotonicNowNs;
 inline SeriesId lookupMetric(SeriesStore& store, const metrics::MetricDef& metric,
                              std::span<const Label> labels) {
   return store.lookup(metric.name, labels, metric.kind);
+}
+
+// One sample of one of our own metrics, looked up each time (for events, not hot paths); a
+// series the store refuses (label or series limits) is dropped, as the store counts it.
+inline void recordMetric(SeriesStore& store, int writer, const metrics::MetricDef& metric,
+                         std::initializer_list<Label> labels, double value, int64_t now_ns) {
+  const SeriesId id =
+      lookupMetric(store, metric, std::span<const Label>(labels.begin(), labels.size()));
+  if (id != kRejectedSeries) store.record(writer, id, value, now_ns);
 }
 
 }  // namespace bpftrain::collector::window
