@@ -134,7 +134,8 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
   X(kAllreduceBusbw, "bpftrain_allreduce_busbw_bytes_per_second", kGauge, "bytes/s", "job rank",  \
     "trainer", "Allreduce bus bandwidth of the last step (nccl-tests convention)")                \
   X(kSamplesPerSecond, "bpftrain_samples_per_second", kGauge, "samples/s", "job rank", "trainer", \
-    "Training samples this rank processed per second over the last step")                        \
+    "Training samples this rank processed per second over the last step, or over the step in "   \
+    "progress once that has run longer")                                                          \
   X(kLoss, "bpftrain_loss", kGauge, "1", "job rank", "trainer", "Training loss of the last step")  \
   X(kAccuracy, "bpftrain_accuracy", kGauge, "1", "job rank", "trainer",                            \
     "Held-out accuracy at the last evaluation")                                                    \

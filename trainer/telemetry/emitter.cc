@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -83,6 +84,21 @@ void Emitter::setGauge(wire::MetricId id, double value) {
   if (id == wire::MetricId::kCheckpointActive && value != 0)
     checkpoint_latched_.store(true, std::memory_order_relaxed);
   gauge_set_[i].store(true, std::memory_order_release);
+}
+
+void Emitter::stepStarted(uint64_t monotonic_ns, double samples) {
+  step_samples_.store(samples, std::memory_order_relaxed);
+  step_started_ns_.store(monotonic_ns, std::memory_order_release);
+}
+
+void Emitter::stepEnded() { step_started_ns_.store(0, std::memory_order_release); }
+
+double Emitter::samplesPerSecondNow(double last_step_rate, uint64_t monotonic_now_ns) const {
+  const uint64_t started = step_started_ns_.load(std::memory_order_acquire);
+  if (started == 0 || monotonic_now_ns <= started) return last_step_rate;
+  const double running =
+      step_samples_.load(std::memory_order_relaxed) / (double(monotonic_now_ns - started) * 1e-9);
+  return std::min(last_step_rate, running);
 }
 
 void Emitter::addCounter(wire::MetricId id, double delta) {
@@ -192,6 +208,7 @@ void Emitter::flushRecords(uint64_t now_ns) {
       continue;
     double v = gauges_[i].load(std::memory_order_relaxed);
     if (id == MetricId::kCheckpointActive && checkpoint_latched_.exchange(false)) v = 1;
+    if (id == MetricId::kSamplesPerSecond) v = samplesPerSecondNow(v, uint64_t(monotonicNowNs()));
     add(id, SampleType::kGauge, now_ns, v);
   }
   for (size_t i = 1; i < kGaugeSlots; ++i) {

@@ -57,6 +57,14 @@ class Emitter {
   // ---- training thread (wait-free)
   void pushStep(const StepRecord& r);
   void setGauge(wire::MetricId id, double value);
+  // A step of `samples` began (CLOCK_MONOTONIC ns) / ended. While one runs longer than the last
+  // step took, the samples/s gauge reports samples / its elapsed time instead of the last step's
+  // rate: a step slowed to seconds by congestion shows at the next tick, not when it ends (the
+  // controller's throughput corroboration waited a whole slow step for it).
+  void stepStarted(uint64_t monotonic_ns, double samples);
+  void stepEnded();
+  // The samples/s gauge's value at `monotonic_now_ns`, given the last step's rate (see above).
+  double samplesPerSecondNow(double last_step_rate, uint64_t monotonic_now_ns) const;
   // Adds to a counter; the sum since the last tick is sent as one increment.
   void addCounter(wire::MetricId id, double delta);
   // Announces a new thread list (sent in the next hello, which goes out at the next tick).
@@ -88,6 +96,8 @@ class Emitter {
   std::array<std::atomic<bool>, kGaugeSlots> gauge_set_{};
   std::array<std::atomic<double>, kGaugeSlots> counters_{};
   std::atomic<bool> checkpoint_latched_{false};
+  std::atomic<uint64_t> step_started_ns_{0};  // 0: no step running
+  std::atomic<double> step_samples_{0};
 
   std::mutex tids_mutex_;
   std::vector<uint32_t> tids_;

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "common/clock.h"
 #include "common/wire_format.h"
 #include "tests/support/loopback.h"
 
@@ -147,6 +148,47 @@ TEST(Emitter, ACheckpointShorterThanATickIsStillReported) {
   rx.last.erase(MetricId::kCheckpointActive);
   ASSERT_TRUE(rx.receiveUntil([&] { return rx.last.count(MetricId::kCheckpointActive) > 0; }));
   EXPECT_EQ(rx.last[MetricId::kCheckpointActive], 0);
+}
+
+// A step running longer than the last one took lowers samples/s to samples / elapsed; a shorter
+// one, or none running, leaves the last step's rate.
+TEST(Emitter, SamplesPerSecondFollowsAStepThatRunsLongerThanTheLast) {
+  Receiver rx;
+  EmitterOptions o;
+  o.collector = rx.address();
+  Emitter e(o);  // not started: nothing is sent
+  constexpr uint64_t kSecond = 1'000'000'000;
+  EXPECT_EQ(e.samplesPerSecondNow(400, 5 * kSecond), 400);  // no step running
+  e.stepStarted(10 * kSecond, 100);
+  EXPECT_EQ(e.samplesPerSecondNow(400, 10 * kSecond + kSecond / 8), 400);  // 800/s so far
+  EXPECT_EQ(e.samplesPerSecondNow(400, 10 * kSecond + kSecond / 4), 400);  // exactly the last
+  EXPECT_DOUBLE_EQ(e.samplesPerSecondNow(400, 10 * kSecond + kSecond / 2), 200);
+  EXPECT_DOUBLE_EQ(e.samplesPerSecondNow(400, 12 * kSecond), 50);
+  e.stepEnded();
+  EXPECT_EQ(e.samplesPerSecondNow(400, 12 * kSecond), 400);
+}
+
+// Through the wire: a step stuck for a second is reported at the ticks while it runs.
+TEST(Emitter, AStuckStepShowsInTheSamplesPerSecondSent) {
+  Receiver rx;
+  EmitterOptions o;
+  o.collector = rx.address();
+  o.hz = 50;
+  Emitter e(o);
+  e.setGauge(MetricId::kSamplesPerSecond, 1000);  // the last step: 64 samples in 64 ms
+  e.stepStarted(uint64_t(monotonicNowNs()), 64);
+  e.start();
+  ASSERT_TRUE(rx.receiveUntil([&] {
+    return rx.last.count(MetricId::kSamplesPerSecond) &&
+           rx.last[MetricId::kSamplesPerSecond] < 250;  // the step has run > 256 ms
+  }));
+  e.stepEnded();
+  rx.last.erase(MetricId::kSamplesPerSecond);
+  ASSERT_TRUE(rx.receiveUntil([&] {
+    return rx.last.count(MetricId::kSamplesPerSecond) &&
+           rx.last[MetricId::kSamplesPerSecond] == 1000;
+  }));
+  e.stop();
 }
 
 TEST(Emitter, ChangedThreadsTriggerANewHello) {
