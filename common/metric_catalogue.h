@@ -217,24 +217,29 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     kWorkRequestBuckets)                                                                           \
   X(kRdmaQpEvents, "bpftrain_rdma_qp_events", kCounter, "events", "job rank event",                \
     "USDT bpftrain:qp_post,qp_complete", "RDMA work requests posted and completed (event)")        \
-  X(kRdmaWorkRequests, "bpftrain_rdma_work_requests", kCounter, "work requests", "job rank op",    \
-    "uprobe gloo::transport::ibverbs::Pair", "RDMA work requests a rank posted (op write: data, "   \
-    "send: a buffer announced to the peer, recv: receives posted)")                               \
+  X(kRdmaWorkRequests, "bpftrain_rdma_work_requests", kCounter, "work requests",                 \
+    "job rank op source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",              \
+    "RDMA work requests a rank posted (source gloo: Gloo's ibverbs pair, op write: data, send: a " \
+    "buffer announced to the peer, recv: receives posted; source rxe: any verbs program on "      \
+    "soft-RoCE, seen in the kernel, op write/send/read/atomic/other; receives are not seen posted)") \
   X(kRdmaWorkCompletions, "bpftrain_rdma_work_completions", kCounter, "work requests",             \
-    "job rank op", "uprobe gloo::transport::ibverbs::Pair",                                        \
-    "RDMA work requests a rank saw complete (op as for work_requests)")                            \
-  X(kRdmaBytes, "bpftrain_rdma_bytes", kCounter, "bytes", "job rank",                              \
-    "uprobe gloo::transport::ibverbs::Pair", "Bytes of the RDMA writes a rank posted")              \
+    "job rank op source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",              \
+    "RDMA work requests a rank saw complete (op and source as for work_requests; recv: receives)") \
+  X(kRdmaBytes, "bpftrain_rdma_bytes", kCounter, "bytes", "job rank source",                       \
+    "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",                                     \
+    "Bytes of the RDMA writes a rank posted")                                                      \
   X(kRdmaOutstandingWorkRequests, "bpftrain_rdma_outstanding_work_requests", kDistribution,        \
-    "work requests", "job rank", "uprobe gloo::transport::ibverbs::Pair",                          \
-    "RDMA writes a rank has posted and not seen complete, at each post and completion",           \
+    "work requests", "job rank source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe", \
+    "RDMA work requests a rank has posted and not seen complete, at each post and completion "     \
+    "(source gloo: RDMA writes; source rxe: every send-queue work request)",                      \
     kWorkRequestBuckets)                                                                           \
   X(kRdmaCompletionSeconds, "bpftrain_rdma_completion_seconds", kDistribution, "seconds",          \
-    "job rank", "uprobe gloo::transport::ibverbs::Pair",                                           \
-    "From posting an RDMA write to its completion (the peer acknowledged it)", kRttSecondsBuckets) \
+    "job rank source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",                  \
+    "From posting an RDMA work request to its completion (gloo: writes; rxe: send-queue requests)", \
+    kRttSecondsBuckets)                                                                            \
   X(kRdmaUnmatchedCompletions, "bpftrain_rdma_unmatched_completions", kCounter, "work requests",  \
-    "job rank", "uprobe gloo::transport::ibverbs::Pair",                                           \
-    "Write completions without a post time (posted before the probe attached): no latency sample") \
+    "job rank source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",                  \
+    "Completions without a post seen (posted before the probe attached): no latency sample")      \
   BPFTRAIN_RDMA_PORT_COUNTERS(BPFTRAIN_RDMA_PORT_METRIC, X)                                        \
   X(kRdmaPortOther, "bpftrain_rdma_port_other", kCounter, "events", "device port counter",         \
     "sysfs infiniband hw_counters", "A port counter file this version does not name (counter: the file)") \

@@ -44,6 +44,8 @@ struct CounterDef {
   // Named series exist from the first poll (0 is information); numeric fallbacks for enum values
   // this kernel does not name appear only if they ever count.
   bool eager = true;
+  std::string label2_name = {};  // a second extra label (the RDMA probes' source), "" for none
+  std::string label2_value = {};
 };
 
 // One counter per value of the kernel enum `kernel_enum` (values 0..values-1), labelled with the

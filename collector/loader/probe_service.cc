@@ -564,8 +564,14 @@ void ProbeServiceImpl::readCounters(Loaded& loaded, int64_t now_ns) {
       const uint64_t total = loaded.totals[i];
       uint64_t& prev = loaded.prev[slot * n + i];
       SeriesId& id = loaded.ids[slot * n + i];
-      if (id == kUnset && (def.eager || total > prev))
-        id = series(static_cast<uint32_t>(slot), *def.metric, def.label_name, def.label_value);
+      if (id == kUnset && (def.eager || total > prev)) {
+        const Label extra[2] = {{def.label_name, def.label_value},
+                                {def.label2_name, def.label2_value}};
+        const size_t first = def.label_name.empty() ? 1 : 0;
+        const size_t count = (def.label_name.empty() ? 0 : 1) + (def.label2_name.empty() ? 0 : 1);
+        id = series(static_cast<uint32_t>(slot), *def.metric,
+                    std::span<const Label>(extra + first, count));
+      }
       if (total > prev) record(id, static_cast<double>(total - prev), now_ns);
       prev = total;
     }

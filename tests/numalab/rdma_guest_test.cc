@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -67,6 +68,33 @@ class RdmaGuestTest : public ::testing::Test {
   }
 
   void poll() { service_->poll(registry_, monotonicNowNs()); }
+
+  // The started service has `probe` up as well.
+  void requireUp(const std::string& probe) {
+    bool up = false;
+    std::string reason = "no such probe";
+    for (const auto& s : service_->status())
+      if (s.name == probe) {
+        up = s.up;
+        reason = s.reason;
+      }
+    ASSERT_TRUE(up) << probe << ": " << reason;
+  }
+
+  // Starts `args` (argv[0] a path) with stdout and stderr to `log`; -1 when it cannot start.
+  static pid_t spawnLogged(std::vector<std::string> args, const std::string& log) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&files, 1, 2);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ) != 0) pid = -1;
+    posix_spawn_file_actions_destroy(&files);
+    return pid;
+  }
 
   // The series of `metric` with exactly `want` as labels; name empty when there is none.
   window::SeriesSnapshot series(const std::string& metric,
@@ -260,6 +288,7 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
   ProbeOptions options;
   options.pids = {pids[0], pids[1]};  // job "manual", ranks 0 and 1
   start(options, "rdma_verbs");
+  requireUp("rdma_rxe");
   std::ofstream(dir + "/go") << "go\n";
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   int status[2] = {0, 0};
@@ -279,8 +308,9 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
     ASSERT_TRUE(WIFEXITED(status[rank]) && WEXITSTATUS(status[rank]) == 0)
         << "rank " << rank << " status " << status[rank] << "\n"
         << out;
-  auto total = [&](const std::string& metric, const std::string& rank, const std::string& op) {
-    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}};
+  auto total = [&](const std::string& metric, const std::string& rank, const std::string& op,
+                   const std::string& source = "gloo") {
+    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", source}};
     if (!op.empty()) want["op"] = op;
     auto s = series(metric, want);
     return s.name.empty() ? -1.0 : s.total;
@@ -295,16 +325,159 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
   EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "send"), 1);
   EXPECT_EQ(total("bpftrain_rdma_bytes", "0", ""), kWrites * 4096.0);
   EXPECT_EQ(total("bpftrain_rdma_unmatched_completions", "0", ""), 0);
-  auto latency = series("bpftrain_rdma_completion_seconds", {{"job", "manual"}, {"rank", "0"}});
+  const std::map<std::string, std::string> gloo0{
+      {"job", "manual"}, {"rank", "0"}, {"source", "gloo"}};
+  auto latency = series("bpftrain_rdma_completion_seconds", gloo0);
   EXPECT_EQ(latency.count, uint64_t(kWrites));
   EXPECT_GT(latency.min, 0);
   EXPECT_LT(latency.max, 1.0);
-  auto depth =
-      series("bpftrain_rdma_outstanding_work_requests", {{"job", "manual"}, {"rank", "0"}});
+  auto depth = series("bpftrain_rdma_outstanding_work_requests", gloo0);
   EXPECT_EQ(depth.count, uint64_t(2 * kWrites));  // one sample at each post and completion
   EXPECT_EQ(depth.max, 1);                        // each write waited for before the next
+
+  // The same work requests seen by the kernel (rdma_rxe: rxe's doorbell, send-WQE retirement and
+  // receive completions), whatever library posted them.
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "0", "write", "rxe"), kWrites) << out;
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "write", "rxe"), kWrites);
+  EXPECT_EQ(total("bpftrain_rdma_bytes", "0", "", "rxe"), kWrites * 4096.0);
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "1", "write", "rxe"), 0);
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "1", "send", "rxe"), 1);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "send", "rxe"), 1);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "recv", "rxe"), kWrites);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "recv", "rxe"), 1);  // rank 1's buffer
+  EXPECT_EQ(total("bpftrain_rdma_unmatched_completions", "0", "", "rxe"), 0);
+  const std::map<std::string, std::string> rxe0{
+      {"job", "manual"}, {"rank", "0"}, {"source", "rxe"}};
+  auto kernel_latency = series("bpftrain_rdma_completion_seconds", rxe0);
+  EXPECT_EQ(kernel_latency.count, uint64_t(kWrites));
+  EXPECT_GT(kernel_latency.min, 0);
+  auto kernel_depth = series("bpftrain_rdma_outstanding_work_requests", rxe0);
+  EXPECT_EQ(kernel_depth.count, uint64_t(2 * kWrites));
+  EXPECT_EQ(kernel_depth.max, 1);
+  std::printf("rdma_rxe: %g writes posted, %g completed, %g bytes; completion p50 %.6f s\n",
+              total("bpftrain_rdma_work_requests", "0", "write", "rxe"),
+              total("bpftrain_rdma_work_completions", "0", "write", "rxe"),
+              total("bpftrain_rdma_bytes", "0", "", "rxe"),
+              kernel_latency.quantiles.empty() ? -1.0 : kernel_latency.quantiles[0].second);
   std::printf("rdma_verbs: %d writes, completion p50 %.6f s max %.6f s\n", kWrites,
               latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second, latency.max);
+}
+
+// A slow receiver against one that keeps up, through rdma_rxe (the kernel's view of a plain
+// libibverbs program): the same sender (bpftrain-rdma-flow send: kFlowWrites writes with
+// immediate, one per 5 ms at most, never more than kWindow outstanding) against a receiver that
+// reposts a receive per completion (fast) and one that reposts one every 20 ms (slow). Each write
+// needs a posted receive; without one rxe answers "receiver not ready" and the sender retries, so
+// the slow receiver holds the sender at the window (~kWindow) while the fast one leaves it at
+// latency / 5 ms (about 1). The two pairs run at once, under one ProbeService.
+TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
+  constexpr int kFlowWrites = 150, kWindow = 64;
+  const char* flow = "/bin/bpftrain-rdma-flow";
+  if (access(flow, X_OK) != 0)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI(
+        "bpftrain-rdma-flow is not in the guest (tests/numalab, "
+        "needs libibverbs-dev)");
+  char base[] = "/tmp/rdma-flow-XXXXXX";
+  ASSERT_NE(mkdtemp(base), nullptr);
+  const std::string dir = base;
+  struct Pair {
+    std::string dir, name, repost_ms;
+    pid_t pids[2] = {-1, -1};  // sender, receiver
+    std::string logs[2] = {};
+  };
+  Pair pairs[2] = {{dir + "/slow", "slow", "20"}, {dir + "/fast", "fast", "0"}};
+  auto finish = [&] {
+    for (auto& p : pairs)
+      for (pid_t& pid : p.pids)
+        if (pid > 0) {
+          kill(pid, SIGKILL);
+          waitpid(pid, nullptr, 0);
+          pid = -1;
+        }
+    std::filesystem::remove_all(dir);
+  };
+  for (auto& p : pairs) {
+    std::filesystem::create_directories(p.dir);
+    p.logs[0] = p.dir + ".send.log";
+    p.logs[1] = p.dir + ".recv.log";
+    // Sender on rxe0, receiver on rxe1; the fast receiver keeps 2 x kWindow receives posted.
+    p.pids[0] = spawnLogged(
+        {flow, "send", p.dir, "rxe0", std::to_string(kFlowWrites), std::to_string(kWindow), "5000"},
+        p.logs[0]);
+    p.pids[1] = spawnLogged({flow, "recv", p.dir, "rxe1", std::to_string(kFlowWrites),
+                             p.name == "fast" ? std::to_string(2 * kWindow) : "0", p.repost_ms},
+                            p.logs[1]);
+    if (p.pids[0] < 0 || p.pids[1] < 0) {
+      finish();
+      FAIL() << "cannot start " << flow;
+    }
+  }
+  auto logsOf = [&] {
+    std::string all;
+    for (auto& p : pairs)
+      for (auto& log : p.logs) all += p.name + ": " + readAll(log);
+    return all;
+  };
+  const auto ready_by = std::chrono::steady_clock::now() + 90s;
+  auto allReady = [&] {
+    for (auto& p : pairs)
+      for (auto& log : p.logs)
+        if (readAll(log).find("ready") == std::string::npos) return false;
+    return true;
+  };
+  while (!allReady() && std::chrono::steady_clock::now() < ready_by)
+    std::this_thread::sleep_for(50ms);
+  if (!allReady()) {
+    const std::string out = logsOf();
+    finish();
+    FAIL() << "the flows did not connect within 90 s:\n" << out;
+  }
+  ProbeOptions options;  // ranks 0, 1: the slow pair; 2, 3: the fast pair
+  options.pids = {pairs[0].pids[0], pairs[0].pids[1], pairs[1].pids[0], pairs[1].pids[1]};
+  start(options, "rdma_rxe");
+  for (auto& p : pairs) std::ofstream(p.dir + "/go") << "go\n";
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  bool exited = true;
+  for (auto& p : pairs)
+    for (pid_t& pid : p.pids) {
+      int status = 0;
+      while (waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(50ms);
+        poll();  // drains the ring while the flows run
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        exited = false;
+        continue;
+      }
+      pid = -1;
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    }
+  poll();
+  const std::string out = logsOf();
+  finish();
+  ASSERT_TRUE(exited) << "bpftrain-rdma-flow did not finish within 120 s:\n" << out;
+  auto of = [&](const std::string& metric, const std::string& rank, const std::string& op) {
+    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", "rxe"}};
+    if (!op.empty()) want["op"] = op;
+    return series(metric, want);
+  };
+  double p50[2] = {-1, -1};
+  for (int i = 0; i < 2; ++i) {
+    const std::string sender = std::to_string(2 * i), receiver = std::to_string(2 * i + 1);
+    EXPECT_EQ(of("bpftrain_rdma_work_requests", sender, "write").total, kFlowWrites) << out;
+    EXPECT_EQ(of("bpftrain_rdma_work_completions", sender, "write").total, kFlowWrites);
+    EXPECT_EQ(of("bpftrain_rdma_work_completions", receiver, "recv").total, kFlowWrites);
+    auto depth = of("bpftrain_rdma_outstanding_work_requests", sender, "");
+    EXPECT_EQ(depth.count, uint64_t(2 * kFlowWrites));  // every post and every completion
+    EXPECT_LE(depth.max, kWindow);
+    if (!depth.quantiles.empty()) p50[i] = depth.quantiles[0].second;
+    auto latency = of("bpftrain_rdma_completion_seconds", sender, "");
+    std::printf("%s receiver: outstanding p50 %.1f max %.0f, completion p50 %.6f s\n",
+                pairs[i].name.c_str(), p50[i], depth.max,
+                latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second);
+  }
+  std::printf("slow/fast outstanding p50 ratio: %.1f\n", p50[0] / std::max(p50[1], 1.0));
+  EXPECT_GE(p50[0], 10 * std::max(p50[1], 1.0)) << "slow p50 " << p50[0] << ", fast " << p50[1];
 }
 
 }  // namespace

@@ -21,8 +21,11 @@ for tool in qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmo
 done
 ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 ||
   unavailable "no rxe libibverbs provider (package ibverbs-providers; tools/setup)"
+[ -x "$build/tests/numalab/bpftrain-rdma-flow" ] ||
+  unavailable "bpftrain-rdma-flow was not built (no libibverbs: package libibverbs-dev; tools/setup)"
 NUMALAB_QUIET=1 "$src/tools/numalab" --build "$build" --fetch-only >/dev/null ||
   unavailable "cannot get Debian's 6.1 kernel package (apt-get download linux-image-6.1.0-N-amd64)"
 exec "$src/tools/numalab" --build "$build" --rxe --timeout "${NUMALAB_TEST_TIMEOUT:-400}" \
   --add "$build/tests/numalab/numalab_rdma_test" --add "$build/tests/numalab/bpftrain-rdma-posts" \
+  --add "$build/tests/numalab/bpftrain-rdma-flow" \
   -- numalab_rdma_test --gtest_color=no

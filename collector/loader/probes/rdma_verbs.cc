@@ -77,8 +77,11 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
     if (!sink().live(sample.slot)) return;
     auto& ids = series_[sample.slot];
     if (!series_.known(sample.slot)) {
-      ids[kOutstanding] = sink().series(sample.slot, metrics::kRdmaOutstandingWorkRequests, {}, {});
-      ids[kCompletion] = sink().series(sample.slot, metrics::kRdmaCompletionSeconds, {}, {});
+      const window::Label source{"source", "gloo"};
+      ids[kOutstanding] = sink().series(sample.slot, metrics::kRdmaOutstandingWorkRequests,
+                                        std::span<const window::Label>(&source, 1));
+      ids[kCompletion] = sink().series(sample.slot, metrics::kRdmaCompletionSeconds,
+                                       std::span<const window::Label>(&source, 1));
     }
     sink().record(ids[kOutstanding], sample.outstanding);
     if (sample.completion_ns > 0) sink().record(ids[kCompletion], sample.completion_ns * 1e-9);
@@ -99,15 +102,20 @@ const ProbeDef kProbes[] = {
 Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
   // rdma_verbs_counts: posted[write, send, recv], completed[write, send, recv], write_bytes,
   // unmatched
-  return loadObject<rdma_verbs_counts, Object>(BPFTRAIN_SKELETON(rdma_verbs), kProbes, env, notes,
-                                               {{0, &metrics::kRdmaWorkRequests, "op", "write"},
-                                                {0, &metrics::kRdmaWorkRequests, "op", "send"},
-                                                {0, &metrics::kRdmaWorkRequests, "op", "recv"},
-                                                {0, &metrics::kRdmaWorkCompletions, "op", "write"},
-                                                {0, &metrics::kRdmaWorkCompletions, "op", "send"},
-                                                {0, &metrics::kRdmaWorkCompletions, "op", "recv"},
-                                                {0, &metrics::kRdmaBytes, "", ""},
-                                                {0, &metrics::kRdmaUnmatchedCompletions, "", ""}});
+  // Every series says source="gloo" (rdma_rxe counts the same work requests from the kernel).
+  const auto op = [](const metrics::MetricDef& metric, const char* value) {
+    return CounterDef{0, &metric, "op", value, true, "source", "gloo"};
+  };
+  return loadObject<rdma_verbs_counts, Object>(
+      BPFTRAIN_SKELETON(rdma_verbs), kProbes, env, notes,
+      {op(metrics::kRdmaWorkRequests, "write"),
+       op(metrics::kRdmaWorkRequests, "send"),
+       op(metrics::kRdmaWorkRequests, "recv"),
+       op(metrics::kRdmaWorkCompletions, "write"),
+       op(metrics::kRdmaWorkCompletions, "send"),
+       op(metrics::kRdmaWorkCompletions, "recv"),
+       {0, &metrics::kRdmaBytes, "source", "gloo"},
+       {0, &metrics::kRdmaUnmatchedCompletions, "source", "gloo"}});
 }
 
 }  // namespace

@@ -1,0 +1,261 @@
+// Work requests on soft-RoCE (rdma_rxe), seen in the kernel for any verbs program, whatever library
+// posts them. Three kprobes on the driver (Debian 6.1's rdma_rxe; names and layouts checked there,
+// docs/probes.md):
+//   rxe_post_send(ibqp, ...)   the doorbell: librxe writes each WQE into the send queue it shares
+//                              with the kernel and then write()s the uverbs file, which ends here
+//                              in the posting process. New WQEs are those between the producer
+//                              index seen at the QP's last doorbell and the one now.
+//   do_complete(qp, wqe)       one send WQE retired, signaled or not (the completer, often in
+//                              softirq: the QP's state says whose it is).
+//   rxe_cq_post(cq, cqe, ...)  a completion queued; only receives are taken from here (a receive
+//                              is never posted through the kernel: librxe's post_recv has no
+//                              doorbell), attributed to the process that created the CQ.
+// An RC send queue completes in order, so each QP keeps a ring of post times and a completion
+// takes the oldest: post -> completion latency. User QPs and CQs only (kernel ULPs are no rank).
+// kprobes, not fentry: the module's functions are static, and kprobes exist on more kernels.
+// clang-format off
+#include "vmlinux.h"  // first: the types every header below uses
+// clang-format on
+
+#include "bpf/rdma_rxe.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "bpf/lib/counters.bpf.h"
+#include "bpf/lib/target.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+BPFTRAIN_COUNTS_MAP(struct rdma_rxe_counts);
+BPFTRAIN_LOST_MAP();
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 1 << 20);
+} samples SEC(".maps");
+
+// The driver's types, as far as the probe reads them; CO-RE finds the fields in the module's BTF
+// (rdma_rxe, ib_core), so nothing here is a fixed offset. Suffixed: not the host's vmlinux.h types.
+struct rdma_restrack_entry___bpftrain {
+  struct task_struct* task;  // the creating task, for user objects
+} __attribute__((preserve_access_index));
+struct ib_qp___bpftrain {
+  struct rdma_restrack_entry___bpftrain res;
+} __attribute__((preserve_access_index));
+struct ib_cq___bpftrain {
+  struct rdma_restrack_entry___bpftrain res;
+} __attribute__((preserve_access_index));
+// Shared with user space (mmap'ed): the indices are masked ring positions.
+struct rxe_queue_buf___bpftrain {
+  __u32 log2_elem_size;
+  __u32 index_mask;
+  __u32 producer_index;
+  __u32 consumer_index;
+} __attribute__((preserve_access_index));
+struct rxe_queue___bpftrain {
+  struct rxe_queue_buf___bpftrain* buf;
+} __attribute__((preserve_access_index));
+struct rxe_sq___bpftrain {
+  struct rxe_queue___bpftrain* queue;
+} __attribute__((preserve_access_index));
+struct rxe_qp___bpftrain {
+  struct ib_qp___bpftrain ibqp;
+  bool is_user;
+  struct rxe_sq___bpftrain sq;
+} __attribute__((preserve_access_index));
+struct rxe_cq___bpftrain {
+  struct ib_cq___bpftrain ibcq;
+  bool is_user;
+} __attribute__((preserve_access_index));
+struct rxe_send_wr___bpftrain {
+  __u32 opcode;
+} __attribute__((preserve_access_index));
+struct rxe_dma_info___bpftrain {
+  __u32 length;
+} __attribute__((preserve_access_index));
+struct rxe_send_wqe___bpftrain {
+  struct rxe_send_wr___bpftrain wr;
+  struct rxe_dma_info___bpftrain dma;
+} __attribute__((preserve_access_index));
+
+// uapi rdma/ib_user_verbs.h: struct ib_uverbs_wc's opcode (after u64 wr_id, u32 status), the first
+// member of a user CQ's struct rxe_cqe; and the opcodes of enum ib_uverbs_wr_opcode.
+#define UVERBS_WC_OPCODE_OFFSET 12
+#define UVERBS_WC_RECV 128
+#define WR_RDMA_WRITE 0
+#define WR_RDMA_WRITE_WITH_IMM 1
+#define WR_SEND 2
+#define WR_SEND_WITH_IMM 3
+#define WR_RDMA_READ 4
+#define WR_ATOMIC_CMP_AND_SWP 5
+#define WR_ATOMIC_FETCH_AND_ADD 6
+#define WR_SEND_WITH_INV 9
+
+struct qp_state {
+  __u32 tgid;
+  __s32 slot;       // the poster's slot at its last doorbell
+  __u32 last_prod;  // producer index after the WQEs already counted
+  __u32 pad;
+  __u64 posted;     // send WQEs counted as posted on this QP
+  __u64 completed;  // ... and completed
+  __u64 post_ns[RDMA_RXE_RING];
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 1024);
+  __type(key, __u64);  // the struct rxe_qp's address
+  __type(value, struct qp_state);
+} qps SEC(".maps");
+
+// A zeroed qp_state to insert from: the struct is larger than the BPF stack.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct qp_state);
+} empty_state SEC(".maps");
+
+// Send WQEs outstanding per slot (all its QPs), for the samples.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, BPFTRAIN_MAX_SLOTS);
+  __type(key, __u32);
+  __type(value, __s64);
+} outstanding SEC(".maps");
+
+static __always_inline int opOfWr(__u32 opcode) {
+  switch (opcode) {
+    case WR_RDMA_WRITE:
+    case WR_RDMA_WRITE_WITH_IMM:
+      return RDMA_RXE_WRITE;
+    case WR_SEND:
+    case WR_SEND_WITH_IMM:
+    case WR_SEND_WITH_INV:
+      return RDMA_RXE_SEND;
+    case WR_RDMA_READ:
+      return RDMA_RXE_READ;
+    case WR_ATOMIC_CMP_AND_SWP:
+    case WR_ATOMIC_FETCH_AND_ADD:
+      return RDMA_RXE_ATOMIC;
+    default:
+      return RDMA_RXE_OTHER;
+  }
+}
+
+static __always_inline void sample(int slot, __s64 delta, __u64 completion_ns) {
+  __u32 key = (__u32)slot;
+  __s64* out = bpf_map_lookup_elem(&outstanding, &key);
+  if (!out) return;
+  __s64 now = __sync_add_and_fetch(out, delta);
+  struct rdma_rxe_sample* s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+  if (!s) {
+    BPFTRAIN_COUNT_LOST();
+    return;
+  }
+  s->slot = (__u32)slot;
+  s->outstanding = now > 0 ? (__u32)now : 0;
+  s->completion_ns = completion_ns;
+  bpf_ringbuf_submit(s, 0);
+}
+
+static __always_inline int slotOfTask(struct task_struct* task) {
+  if (!task) return -1;
+  __u64 cgroup_id = 0;
+  if (target_by_cgroup) cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+  return slotOfIds(BPF_CORE_READ(task, tgid), cgroup_id);
+}
+
+SEC("kprobe/rxe_post_send")
+int BPF_KPROBE(on_post_send, void* ibqp) {
+  struct rxe_qp___bpftrain* qp =
+      (void*)((char*)ibqp - bpf_core_field_offset(struct rxe_qp___bpftrain, ibqp));
+  if (!BPF_CORE_READ(qp, is_user)) return 0;  // a kernel ULP's QP: posts WRs itself, no process
+  const int slot = currentSlot();
+  if (slot < 0) return 0;
+  struct rdma_rxe_counts* c = slotCounts(&counts, slot);
+  if (!c) return 0;
+  struct rxe_queue_buf___bpftrain* buf = BPF_CORE_READ(qp, sq.queue, buf);
+  if (!buf) return 0;
+  const __u32 mask = BPF_CORE_READ(buf, index_mask);
+  const __u32 log2 = BPF_CORE_READ(buf, log2_elem_size);
+  const __u32 prod = BPF_CORE_READ(buf, producer_index);
+
+  __u64 key = (__u64)qp;
+  struct qp_state* state = bpf_map_lookup_elem(&qps, &key);
+  if (!state) {
+    __u32 zero = 0;
+    struct qp_state* empty = bpf_map_lookup_elem(&empty_state, &zero);
+    if (!empty) return 0;
+    bpf_map_update_elem(&qps, &key, empty, BPF_NOEXIST);
+    state = bpf_map_lookup_elem(&qps, &key);
+    if (!state) {  // the map refused it: these posts' latency and depth are lost
+      BPFTRAIN_COUNT_LOST();
+      return 0;
+    }
+    // First doorbell seen: what the completer has not retired yet is posted from now on.
+    state->last_prod = BPF_CORE_READ(buf, consumer_index);
+  }
+  state->tgid = bpf_get_current_pid_tgid() >> 32;
+  state->slot = slot;
+
+  const __u32 fresh = (prod - state->last_prod) & mask;
+  const char* data = (const char*)buf + bpf_core_type_size(struct rxe_queue_buf___bpftrain);
+  const __u64 now = bpf_ktime_get_ns();
+  __u32 i = 0;
+  for (; i < RDMA_RXE_MAX_PER_DOORBELL; i++) {
+    if (i >= fresh) break;
+    const __u32 index = (state->last_prod + i) & mask;
+    struct rxe_send_wqe___bpftrain* wqe = (void*)(data + ((__u64)index << (log2 & 31)));
+    const int op = opOfWr(BPF_CORE_READ(wqe, wr.opcode));
+    if (op >= 0 && op < RDMA_RXE_OP_COUNT) c->posted[op]++;
+    if (op == RDMA_RXE_WRITE) c->write_bytes += BPF_CORE_READ(wqe, dma.length);
+    state->post_ns[state->posted % RDMA_RXE_RING] = now;
+    state->posted++;
+  }
+  if (fresh > i) {  // more than one doorbell reads: counted, their kind and post time lost
+    c->posted[RDMA_RXE_OTHER] += fresh - i;
+    state->posted += fresh - i;
+    BPFTRAIN_COUNT_LOST();
+  }
+  state->last_prod = prod;
+  if (fresh > 0) sample(slot, fresh, 0);
+  return 0;
+}
+
+SEC("kprobe/do_complete")
+int BPF_KPROBE(on_do_complete, struct rxe_qp___bpftrain* qp, struct rxe_send_wqe___bpftrain* wqe) {
+  __u64 key = (__u64)qp;
+  struct qp_state* state = bpf_map_lookup_elem(&qps, &key);
+  int slot = state ? state->slot : slotOfTask(BPF_CORE_READ(qp, ibqp.res.task));
+  struct rdma_rxe_counts* c = slotCounts(&counts, slot);
+  if (!c) return 0;
+  const int op = opOfWr(BPF_CORE_READ(wqe, wr.opcode));
+  if (op >= 0 && op < RDMA_RXE_OP_COUNT) c->completed[op]++;
+  if (!state || state->completed >= state->posted) {
+    c->unmatched++;  // its post was not counted in `outstanding` either
+    return 0;
+  }
+  __u64 latency = 0;  // 0: a depth sample only
+  if (state->posted - state->completed <= RDMA_RXE_RING)
+    latency = bpf_ktime_get_ns() - state->post_ns[state->completed % RDMA_RXE_RING] + 1;
+  else
+    BPFTRAIN_COUNT_LOST();  // its post time was overwritten: no latency sample
+  state->completed++;
+  sample(slot, -1, latency);
+  return 0;
+}
+
+SEC("kprobe/rxe_cq_post")
+int BPF_KPROBE(on_cq_post, struct rxe_cq___bpftrain* cq, void* cqe) {
+  if (!BPF_CORE_READ(cq, is_user)) return 0;
+  __u32 opcode = 0;
+  if (bpf_probe_read_kernel(&opcode, sizeof(opcode), (char*)cqe + UVERBS_WC_OPCODE_OFFSET))
+    return 0;
+  if (!(opcode & UVERBS_WC_RECV)) return 0;  // send completions: do_complete counted them
+  struct rdma_rxe_counts* c = slotCounts(&counts, slotOfTask(BPF_CORE_READ(cq, ibcq.res.task)));
+  if (c) c->completed[RDMA_RXE_RECV]++;
+  return 0;
+}

@@ -1,0 +1,112 @@
+// rdma_rxe: work requests of any verbs program on soft-RoCE, from kprobes on the rdma_rxe module
+// (bpf/rdma_rxe.bpf.c): posted by op at each send-queue doorbell, completed per send WQE and per
+// receive completion, write bytes, post -> completion latency and outstanding send WQEs, under the
+// rdma_verbs metrics with source="rxe". Up where the kernel has kprobes and rdma_rxe is loaded
+// with its three functions traceable (Debian's 6.1 in numalab); down elsewhere (6.18 here has no
+// kprobes), saying why, with the programs left unloaded so that nothing else depends on it.
+#include "bpf/rdma_rxe.h"
+
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "collector/loader/probe_module.h"
+#include "rdma_rxe.skel.h"
+
+namespace bpftrain::collector::loader::probes::rdma_rxe {
+namespace {
+
+constexpr const char* kFunctions[] = {"rxe_post_send", "do_complete", "rxe_cq_post"};
+
+// Why the kprobes cannot attach here, or "" when they can.
+std::string unavailable() {
+  if (!std::ifstream("/sys/bus/event_source/devices/kprobe/type") &&
+      !std::ifstream("/sys/kernel/tracing/kprobe_events"))
+    return "this kernel has no kprobes (no /sys/bus/event_source/devices/kprobe, no "
+           "/sys/kernel/tracing/kprobe_events): work requests only from rdma_verbs (Gloo) and "
+           "rdma_usdt";
+  // kallsyms names the module's functions once rdma_rxe is loaded ("... t
+  // rxe_cq_post\t[rdma_rxe]").
+  std::set<std::string> found;
+  std::ifstream kallsyms("/proc/kallsyms");
+  for (std::string line; std::getline(kallsyms, line);) {
+    if (line.find("[rdma_rxe]") == std::string::npos) continue;
+    for (const char* f : kFunctions) {
+      const std::string name = std::string(" ") + f + "\t";
+      if (line.find(name) != std::string::npos) found.insert(f);
+    }
+  }
+  if (found.empty())
+    return "the soft-RoCE module rdma_rxe is not loaded (no rxe_post_send in /proc/kallsyms): "
+           "modprobe rdma_rxe and add a device (rdma link add rxe0 type rxe netdev IF) before the "
+           "collector starts; real NICs are seen by rdma_verbs and rdma_port_counters";
+  for (const char* f : kFunctions)
+    if (!found.count(f))
+      return std::string("rdma_rxe has no function ") + f +
+             " in this kernel (inlined or renamed; bpf/rdma_rxe.bpf.c names the 6.1 ones)";
+  return {};
+}
+
+const ProbeDef kProbes[] = {
+    {"rdma_rxe",
+     {"on_post_send", "on_do_complete", "on_cq_post"},
+     "kprobes rdma_rxe rxe_post_send (doorbell), do_complete (send WQE retired), rxe_cq_post "
+     "(receive completions)"},
+};
+
+constexpr size_t kOutstanding = 0, kCompletion = 1;
+
+class Object final : public RingProbeObject<rdma_rxe_sample, 2> {
+ public:
+  void onSample(const rdma_rxe_sample& sample) override {
+    if (!sink().live(sample.slot)) return;
+    auto& ids = series_[sample.slot];
+    if (!series_.known(sample.slot)) {
+      const window::Label source{"source", "rxe"};
+      ids[kOutstanding] = sink().series(sample.slot, metrics::kRdmaOutstandingWorkRequests,
+                                        std::span<const window::Label>(&source, 1));
+      ids[kCompletion] = sink().series(sample.slot, metrics::kRdmaCompletionSeconds,
+                                       std::span<const window::Label>(&source, 1));
+    }
+    sink().record(ids[kOutstanding], sample.outstanding);
+    if (sample.completion_ns > 0) sink().record(ids[kCompletion], sample.completion_ns * 1e-9);
+  }
+};
+
+Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
+  const std::string why = unavailable();
+  const auto op = [](const metrics::MetricDef& metric, const char* value) {
+    return CounterDef{0, &metric, "op", value, true, "source", "rxe"};
+  };
+  std::vector<CounterDef> counters = {op(metrics::kRdmaWorkRequests, "write"),
+                                      op(metrics::kRdmaWorkRequests, "send"),
+                                      CounterDef{},  // receives are never posted through the kernel
+                                      op(metrics::kRdmaWorkRequests, "read"),
+                                      op(metrics::kRdmaWorkRequests, "atomic"),
+                                      op(metrics::kRdmaWorkRequests, "other"),
+                                      op(metrics::kRdmaWorkCompletions, "write"),
+                                      op(metrics::kRdmaWorkCompletions, "send"),
+                                      op(metrics::kRdmaWorkCompletions, "recv"),
+                                      op(metrics::kRdmaWorkCompletions, "read"),
+                                      op(metrics::kRdmaWorkCompletions, "atomic"),
+                                      op(metrics::kRdmaWorkCompletions, "other"),
+                                      {0, &metrics::kRdmaBytes, "source", "rxe"},
+                                      {0, &metrics::kRdmaUnmatchedCompletions, "source", "rxe"}};
+  return loadObject<rdma_rxe_counts, Object>(
+      BPFTRAIN_SKELETON(rdma_rxe), kProbes, env, notes, std::move(counters),
+      [&](rdma_rxe_bpf* skel) {
+        if (why.empty()) return;
+        // Loaded without its programs (their CO-RE types live in rdma_rxe's BTF): the object
+        // still carries the counters the service reads.
+        bpf_program__set_autoload(skel->progs.on_post_send, false);
+        bpf_program__set_autoload(skel->progs.on_do_complete, false);
+        bpf_program__set_autoload(skel->progs.on_cq_post, false);
+        notes.markDown(0, why);
+      });
+}
+
+}  // namespace
+
+BPFTRAIN_PROBE_MODULE(kProbes, load)
+
+}  // namespace bpftrain::collector::loader::probes::rdma_rxe
