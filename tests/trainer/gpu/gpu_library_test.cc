@@ -88,7 +88,7 @@ TEST(GpuLibrary, AMissingCublasIsNamedWithTheFix) {
 }
 
 // Every kernel is in the PTX by its unmangled name, for a virtual architecture (PTX) and a real
-// one (the CUBIN the trainer loads), here an H100/H200's sm_90.
+// one (the CUBIN the trainer loads), here an H100/H200's sm_90; and the architecture a device gets.
 TEST(GpuKernels, NvrtcCompilesEveryKernel) {
   const GpuLibrary& lib = gpuLibrary();
   const std::string ptx = compileKernels(lib, "compute_75");
@@ -103,6 +103,14 @@ TEST(GpuKernels, NvrtcCompilesEveryKernel) {
                         4),
             0);  // a CUBIN is an ELF image
   for (const char* name : kKernelNames) EXPECT_NE(cubin.find(name), std::string::npos) << name;
+
+  // The architecture for a device: the newest this NVRTC supports that is not newer.
+  EXPECT_EQ(archForDevice(lib, 9, 0), "sm_90");
+  EXPECT_EQ(archForDevice(lib, 8, 6), "sm_86");
+  // A device newer than this NVRTC knows gets the newest CUBIN this NVRTC can write.
+  const std::string future = archForDevice(lib, 99, 9);
+  EXPECT_TRUE(future.starts_with("sm_")) << future;
+  EXPECT_THROW(archForDevice(lib, 1, 0), std::runtime_error);
 }
 
 TEST(GpuKernels, ACompileErrorIsOneLineWithNvrtcsLog) {
@@ -114,16 +122,6 @@ TEST(GpuKernels, ACompileErrorIsOneLineWithNvrtcsLog) {
   }
   EXPECT_NE(e.find("NVRTC cannot compile"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
-}
-
-TEST(GpuKernels, TheArchitectureIsTheNewestNotNewerThanTheDevice) {
-  const GpuLibrary& lib = gpuLibrary();
-  EXPECT_EQ(archForDevice(lib, 9, 0), "sm_90");
-  EXPECT_EQ(archForDevice(lib, 8, 6), "sm_86");
-  // A device newer than this NVRTC knows gets the newest CUBIN this NVRTC can write.
-  const std::string future = archForDevice(lib, 99, 9);
-  EXPECT_TRUE(future.starts_with("sm_")) << future;
-  EXPECT_THROW(archForDevice(lib, 1, 0), std::runtime_error);
 }
 
 namespace emu {
@@ -150,10 +148,11 @@ cudaError_t memsetAsync(void* d, int v, size_t n, cudaStream_t) {
 }
 cudaError_t synchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t lastError() { return cudaSuccess; }
-size_t loaded_bytes = 0;
+bool loaded_the_source = false;
 cudaError_t libraryLoad(cudaLibrary_t* lib, const void* code, cudaJitOption*, void**, unsigned,
                         cudaLibraryOption*, void**, unsigned) {
-  loaded_bytes = code != nullptr ? 1 : 0;
+  loaded_the_source =
+      std::strncmp(static_cast<const char*>(code), kKernelSource, std::strlen(kKernelSource)) == 0;
   *lib = reinterpret_cast<cudaLibrary_t>(uintptr_t{1});
   return cudaSuccess;
 }
@@ -240,13 +239,43 @@ cublasStatus_t sgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// The real NVRTC (it needs no GPU), the emulated runtime and cuBLAS.
+// NVRTC's success path, without compiling (GpuKernels above runs the real one): the "CUBIN" is
+// the source, so the image cudaLibraryLoadData gets is checked to be what compileKernels made.
+nvrtcResult rtcArchs(int* n) { return *n = 2, NVRTC_SUCCESS; }
+nvrtcResult rtcArchList(int* a) { return a[0] = 80, a[1] = 90, NVRTC_SUCCESS; }
+nvrtcResult rtcCreate(nvrtcProgram* p, const char* src, const char*, int, const char* const*,
+                      const char* const*) {
+  *p = reinterpret_cast<nvrtcProgram>(const_cast<char*>(src));
+  return NVRTC_SUCCESS;
+}
+std::string rtc_options;
+nvrtcResult rtcCompile(nvrtcProgram, int n, const char* const* options) {
+  rtc_options.clear();
+  for (int i = 0; i < n; ++i) rtc_options += std::string(options[i]) + " ";
+  return NVRTC_SUCCESS;
+}
+nvrtcResult rtcSize(nvrtcProgram p, size_t* n) {
+  *n = std::strlen(reinterpret_cast<const char*>(p));
+  return NVRTC_SUCCESS;
+}
+nvrtcResult rtcImage(nvrtcProgram p, char* out) {
+  std::memcpy(out, p, std::strlen(reinterpret_cast<const char*>(p)));
+  return NVRTC_SUCCESS;
+}
+nvrtcResult rtcDestroy(nvrtcProgram* p) { return *p = nullptr, NVRTC_SUCCESS; }
+const char* rtcError(nvrtcResult) { return "emulated"; }
+
+// Emulated runtime, cuBLAS and NVRTC: no CUDA library is loaded.
 GpuLibrary library() {
   GpuLibrary lib;
-  const GpuLibrary& real = gpuLibrary();
-#define BPFTRAIN_COPY_NVRTC(name) lib.name = real.name;
-  BPFTRAIN_NVRTC_FUNCTIONS(BPFTRAIN_COPY_NVRTC)
-#undef BPFTRAIN_COPY_NVRTC
+  lib.nvrtcGetErrorString = rtcError;
+  lib.nvrtcGetNumSupportedArchs = rtcArchs;
+  lib.nvrtcGetSupportedArchs = rtcArchList;
+  lib.nvrtcCreateProgram = rtcCreate;
+  lib.nvrtcCompileProgram = rtcCompile;
+  lib.nvrtcGetCUBINSize = rtcSize;
+  lib.nvrtcGetCUBIN = rtcImage;
+  lib.nvrtcDestroyProgram = rtcDestroy;
   lib.cudaGetDeviceCount = getDeviceCount;
   lib.cudaGetDevice = getDevice;
   lib.cudaGetErrorString = errorString;
@@ -280,25 +309,26 @@ float maxAbsDiff(std::span<const float> a, std::span<const float> b) {
 
 // The GPU model's math, on the CPU, against the CPU Mlp from the same He-initialised bits: per
 // step the same loss and batch-mean gradient (to float rounding: the sums run in another order),
-// the tail round trip, the same SGD-momentum update; after 300 steps the same accuracy.
+// the tail round trip, the same SGD-momentum update; after 150 steps the same accuracy.
 TEST(GpuMlp, ComputesTheCpuModelsGradientsAndUpdates) {
   const GpuLibrary lib = emu::library();
   model::Split data = model::splitDataset(model::loadDigits(model::defaultDigitsPath()), 0.2, 1);
   model::ModelSpec spec;
   std::string e;
-  ASSERT_TRUE(model::parseModelSpec("mlp:48x2", spec, e)) << e;  // two hidden layers: ReLU masks
+  ASSERT_TRUE(model::parseModelSpec("mlp:32x2", spec, e)) << e;  // two hidden layers: ReLU masks
   constexpr size_t kTail = 8;
   model::Mlp cpu(spec, 128, false, kTail);
   cpu.initialize(7);
   GpuMlp gpu(spec, data.train, data.test, 128, kTail, nullptr, lib);
   EXPECT_EQ(gpu.arch(), "sm_90");
-  EXPECT_EQ(emu::loaded_bytes, 1u);
+  EXPECT_TRUE(emu::loaded_the_source);
+  EXPECT_EQ(emu::rtc_options, "--gpu-architecture=sm_90 --fmad=false --std=c++17 ");
   ASSERT_EQ(gpu.parameterCount(), cpu.parameterCount());
   ASSERT_EQ(gpu.gradientsWithTailCount(), cpu.gradientsWithTail().size());
   gpu.upload(cpu.parameters(), cpu.momentum());
   model::Sharder sharder(data.train.rows(), 0, 1, 32, 7);
   std::vector<float> params(cpu.parameterCount()), momentum(cpu.parameterCount());
-  for (uint64_t step = 0; step < 300; ++step) {
+  for (uint64_t step = 0; step < 150; ++step) {
     auto batch = sharder.batchFor(step);
     const float lc = cpu.computeGradients(data.train, batch);
     const float lg = gpu.computeGradients(batch);
@@ -321,9 +351,9 @@ TEST(GpuMlp, ComputesTheCpuModelsGradientsAndUpdates) {
     }
   }
   const double acc_cpu = cpu.accuracy(data.test), acc_gpu = gpu.accuracy();
-  EXPECT_GE(acc_cpu, 0.9);
+  EXPECT_GE(acc_cpu, 0.85);
   EXPECT_NEAR(acc_gpu, acc_cpu, 0.03);
-  EXPECT_GT(emu::launches, 300u * 8u);
+  EXPECT_GT(emu::launches, 150u * 8u);
   EXPECT_THROW(gpu.computeGradients(std::vector<uint32_t>(129, 0)), std::runtime_error);
 }
 
