@@ -1,5 +1,5 @@
 // The GPU model's element-wise kernels, CUDA C++ compiled at run time by NVRTC (kernels.h).
-// CMake embeds this file in the library as kKernelSource (kernels_source.cc.in); the host test
+// CMake embeds this file in the library as kKernelSource (kernels_source.inc.in); the host test
 // compiles it as C++ too, to run the GPU model's math on the CPU. Grid-stride loops throughout:
 // launches use a bounded grid whatever the size. Sums keep the CPU model's order and precision
 // (double for the softmax denominator and the loss, row order for the bias gradient), and NVRTC
