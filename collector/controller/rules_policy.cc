@@ -208,6 +208,18 @@ void RulesPolicy::startDescentTrial(Topology from, Topology to, int64_t now_ns) 
   descent_trial_from_ = from;
 }
 
+// The window mean lags the congestion by up to a window (1 s); the latest reading (which
+// includes a step still running: trainer/telemetry) is current but is one rank's one step. Either
+// far enough down counts at once, the latest only with the window already below the plain
+// congestion fraction: on netlab the throttled ring's first slow steps read 101 against 205 calm
+// while the window still held 118, a controller step (0.5 s) before the window alone sufficed.
+bool RulesPolicy::decisive(const Features& f) const {
+  const double decisive = config_.decisive_throughput_fraction * calm_samples_;
+  if (f.samples_per_s_window <= decisive) return true;
+  return f.samples_per_s > 0 && f.samples_per_s <= decisive &&
+         f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_;
+}
+
 Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_ns) {
   Decision d;
   d.to = current;
@@ -241,9 +253,10 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     // No reference yet (the job's first steps): the signal must hold for no_reference_steps.
     congested_steps_ =
         std::max(0, signal_steps_ - (config_.no_reference_steps - config_.escalate_steps));
-  } else if (f.samples_per_s_window <= config_.decisive_throughput_fraction * calm_samples_) {
+  } else if (decisive(f)) {
     congested_steps_ = std::max(congested_steps_ + 1, config_.escalate_steps);
-    why += fmt(" (samples/s %.0f, %.0f calm: decisive)", f.samples_per_s_window, calm_samples_);
+    why += fmt(" (samples/s %.0f, %.0f calm: decisive)",
+               std::min(f.samples_per_s, f.samples_per_s_window), calm_samples_);
   } else if (f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_) {
     ++congested_steps_;
   } else {

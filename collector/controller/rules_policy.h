@@ -61,7 +61,8 @@ struct RulesConfig {
   double congestion_throughput_fraction = 0.7;
   // A signal corroborated this strongly (samples/s at or below this fraction of calm: lo
   // throttled cut the ring to 0.26x) is no CPU-load artefact: it escalates on its first step
-  // instead of escalate_steps, half a second sooner.
+  // instead of escalate_steps, half a second sooner. The window mean that far down, or the
+  // latest reading with the window under congestion_throughput_fraction (decisive()).
   double decisive_throughput_fraction = 0.5;
   // Before the rung has a calm reference (a job's first steps, one that starts congested) a
   // signal counts once it held this many consecutive steps (3 s).
@@ -152,6 +153,7 @@ class RulesPolicy final : public Policy {
   TransportView viewOf(const LinkSignals& ls, Link link) const;
   Signal classifyTransport(const TransportView& v, std::string& why) const;
   // The job's signal: the worst link class's (its index in *link, -1 for totals or bandwidth).
+  bool decisive(const Features& f) const;
   Signal classify(const Features& f, std::string& why, int* link) const;
 
   RulesConfig config_;

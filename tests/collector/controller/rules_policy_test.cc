@@ -143,6 +143,47 @@ TEST(RulesPolicy, IntraHostCongestionUpAndBackByProbingTheRing) {
   for (const Switch& s : sw) EXPECT_NE(s.to.topology, Topology::kHalvingDoubling);
 }
 
+// The latest reading counts as decisive before the window mean does, but only once the window
+// is below the plain congestion fraction too: one rank's one slow step is not enough.
+TEST(RulesPolicy, ALatestReadingFarDownDecidesOnceTheWindowFollows) {
+  auto features = [](double latest, double window, double same_host_rtt_s) {
+    Features f;
+    f.job = "j";
+    f.has_steps = f.has_transport = f.has_links = true;
+    f.ranks = 4;
+    f.topology = Topology::kRing;
+    f.pinning = PinMode::kNone;
+    f.step_p50_s = f.step_p99_s = 0.6;
+    f.allreduce_share = 0.5;
+    f.samples_per_s = latest;
+    f.samples_per_s_window = window;
+    LinkSignals& sh = f.links[int(Link::kSameHost)];
+    sh.seen = true;
+    sh.samples = 500;
+    sh.rtt_p50_s = same_host_rtt_s;
+    sh.rtt_p99_s = same_host_rtt_s * 3;
+    sh.rtt_jitter_s = sh.rtt_p99_s - sh.rtt_p50_s;
+    sh.queued_bytes_p99 = 6e6;
+    return f;
+  };
+  for (const bool window_follows : {true, false}) {
+    SCOPED_TRACE(window_follows ? "window at 0.58x" : "window at 0.8x");
+    RulesPolicy p;
+    const Arm ring{};
+    int64_t ns = 0;
+    for (int i = 0; i < 40; ++i, ns += kStepNs)  // 20 s calm at 200 samples/s
+      ASSERT_FALSE(p.decide(features(200, 200, 1.5e-3), ring, ns).change);
+    // The congested step: RTT up, the latest reading at 0.45x calm.
+    const double window = window_follows ? 116 : 160;
+    Decision d = p.decide(features(90, window, 9e-3), ring, ns);
+    EXPECT_EQ(d.change, window_follows) << d.detail;
+    if (window_follows) {
+      EXPECT_EQ(d.to.topology, Topology::kHierarchical);
+      EXPECT_NE(d.detail.find("decisive"), std::string::npos) << d.detail;
+    }
+  }
+}
+
 // One host's uplink congested: the ring's inter-host links show it. On hierarchical the leaders'
 // own traffic keeps that link's RTT high, which must not read as congestion once it lifts.
 TEST(RulesPolicy, UplinkCongestionUpAndBackDespiteTheLeadersOwnRtt) {
