@@ -5,7 +5,7 @@
 //     more than WINDOW outstanding (posted, not completed), every one signaled;
 //   bpftrain-rdma-flow recv DIR DEVICE COUNT PREPOST REPOST_MS
 //     posts PREPOST receives, then either one more per completion (REPOST_MS 0: it keeps up) or
-//     one every REPOST_MS (a slow receiver), until COUNT; waits for COUNT immediates.
+//     one every REPOST_MS at most (a slow receiver), until COUNT; waits for COUNT immediates.
 // Each write with immediate consumes one posted receive; without one the responder answers
 // "receiver not ready" and the sender retries (rnr_retry 7: for ever), so a slow receiver holds
 // the sender at WINDOW outstanding, whatever the timing, while a receiver that keeps up leaves it
@@ -211,10 +211,11 @@ int main(int argc, char** argv) {
       done += got;
       if (b == 0) {
         for (int i = 0; i < got && receives < count; ++i, ++receives) postRecv();
-      } else if (receives < count && Clock::now() >= next) {
+      } else if (const auto now = Clock::now(); receives < count && now >= next) {
         postRecv();
         ++receives;
-        next += std::chrono::milliseconds(b);
+        // At most one per REPOST_MS, also after a stall: no catching up in a burst.
+        next = std::max(next, now) + std::chrono::milliseconds(b);
       }
       if (got == 0) std::this_thread::sleep_for(100us);
     }
