@@ -98,7 +98,7 @@ struct qp_state {
   __s32 slot;       // the poster's slot at its last doorbell
   __u64 last_prod;  // producer index after the WQEs already counted (u64: cmpxchg'ed)
   __u32 next_cons;  // the send-queue index do_complete should retire next
-  __u32 pad;
+  __u32 qp_index;   // its label: the order its process's QPs were first seen, capped
   __u64 posted;     // send WQEs counted as posted on this QP
   __u64 completed;  // ... and completed
   __u64 post_ns[RDMA_RXE_RING];
@@ -110,6 +110,14 @@ struct {
   __type(key, __u64);  // the struct rxe_qp's address
   __type(value, struct qp_state);
 } qps SEC(".maps");
+
+// QPs seen per process, for their labels.
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 1024);
+  __type(key, __u32);  // tgid
+  __type(value, __u64);
+} qps_seen SEC(".maps");
 
 // A zeroed qp_state to insert from: the struct is larger than the BPF stack.
 struct {
@@ -146,7 +154,8 @@ static __always_inline int opOfWr(__u32 opcode) {
   }
 }
 
-static __always_inline void sample(int slot, __s64 delta, __u64 completion_ns) {
+static __always_inline void sample(int slot, const struct qp_state* state, __s64 delta,
+                                   __u64 completion_ns) {
   __u32 key = (__u32)slot;
   __s64* out = bpf_map_lookup_elem(&outstanding, &key);
   if (!out) return;
@@ -159,6 +168,8 @@ static __always_inline void sample(int slot, __s64 delta, __u64 completion_ns) {
   s->slot = (__u32)slot;
   s->outstanding = now > 0 ? (__u32)now : 0;
   s->completion_ns = completion_ns;
+  s->qp = state->qp_index;
+  s->qp_outstanding = (__u32)(state->posted - state->completed);
   bpf_ringbuf_submit(s, 0);
 }
 
@@ -198,7 +209,7 @@ static __always_inline void claimPosts(struct qp_state* state, struct rxe_queue_
     c->posted[RDMA_RXE_OTHER] += fresh - i;
     BPFTRAIN_COUNT_LOST();
   }
-  sample(slot, fresh, 0);
+  sample(slot, state, fresh, 0);
 }
 
 SEC("kprobe/rxe_post_send")
@@ -227,6 +238,13 @@ int BPF_KPROBE(on_post_send, void* ibqp) {
     // First doorbell seen: what the completer has not retired yet is posted from now on.
     state->next_cons = BPF_CORE_READ(buf, consumer_index) & BPF_CORE_READ(buf, index_mask);
     state->last_prod = state->next_cons;
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    __u64 none = 0;
+    bpf_map_update_elem(&qps_seen, &tgid, &none, BPF_NOEXIST);
+    __u64* seen = bpf_map_lookup_elem(&qps_seen, &tgid);
+    const __u64 index = seen ? __sync_fetch_and_add(seen, 1) : RDMA_RXE_QP_LABELS;
+    state->qp_index = index < RDMA_RXE_QP_LABELS ? (__u32)index : RDMA_RXE_QP_LABELS;
+    if (index >= RDMA_RXE_QP_LABELS) c->qps_folded++;
   }
   state->tgid = bpf_get_current_pid_tgid() >> 32;
   state->slot = slot;
@@ -273,7 +291,7 @@ int BPF_KPROBE(on_do_complete, struct rxe_qp___bpftrain* qp, struct rxe_send_wqe
     if (skipped > i) c->completed[RDMA_RXE_OTHER] += skipped - i;
     if (skipped > 0) {
       state->completed += skipped;
-      sample(slot, -(__s64)skipped, 0);
+      sample(slot, state, -(__s64)skipped, 0);
       __u32 zero = 0;
       __u64* lost_value = bpf_map_lookup_elem(&lost, &zero);
       if (lost_value) *lost_value += skipped;
@@ -286,7 +304,7 @@ int BPF_KPROBE(on_do_complete, struct rxe_qp___bpftrain* qp, struct rxe_send_wqe
   else
     BPFTRAIN_COUNT_LOST();  // its post time was overwritten: no latency sample
   state->completed++;
-  sample(slot, -1, latency);
+  sample(slot, state, -1, latency);
   return 0;
 }
 

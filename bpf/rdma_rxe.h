@@ -29,7 +29,12 @@ struct rdma_rxe_counts {
   __u64 write_bytes;                  /* bytes of the RDMA writes posted */
   __u64 unmatched;                    /* send completions with no post seen (posted before the
                                          probe attached, or the QP state was evicted) */
+  __u64 qps_folded;                   /* QPs past RDMA_RXE_QP_LABELS in their process */
 };
+
+/* QPs of a process that get their own label (qp="0".."7", in the order the probe first sees their
+ * doorbells); later ones share qp="other" (RDMA_RXE_QP_LABELS) and are counted in qps_folded. */
+#define RDMA_RXE_QP_LABELS 8
 
 /* Post times kept per queue pair (an RC send queue completes in order). */
 #define RDMA_RXE_RING 256
@@ -38,8 +43,10 @@ struct rdma_rxe_counts {
 
 struct rdma_rxe_sample {
   __u32 slot;
-  __u32 outstanding;   /* send WQEs posted and not completed on the rank's rxe QPs, after this */
-  __u64 completion_ns; /* post -> completion of a send WQE; 0 for a post sample */
+  __u32 outstanding;    /* send WQEs posted and not completed on the rank's rxe QPs, after this */
+  __u64 completion_ns;  /* post -> completion of a send WQE; 0 for a post sample */
+  __u32 qp;             /* the QP's label index, RDMA_RXE_QP_LABELS when folded */
+  __u32 qp_outstanding; /* send WQEs outstanding on that QP, after this */
 };
 
 #endif

@@ -240,6 +240,13 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
   X(kRdmaUnmatchedCompletions, "bpftrain_rdma_unmatched_completions", kCounter, "work requests",  \
     "job rank source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",                  \
     "Completions without a post seen (posted before the probe attached): no latency sample")      \
+  X(kRdmaQpOutstandingWorkRequests, "bpftrain_rdma_qp_outstanding_work_requests", kDistribution,  \
+    "work requests", "job rank source qp", "kprobes rdma_rxe",                                     \
+    "Send work requests posted and not complete on one queue pair of a rank, at each post and "    \
+    "completion (qp: 0-7 in the order the probe first saw them post, then other)",                \
+    kWorkRequestBuckets)                                                                           \
+  X(kRdmaQpsFolded, "bpftrain_rdma_qps_folded", kCounter, "queue pairs", "job rank source",         \
+    "kprobes rdma_rxe", "Queue pairs of a rank past the 8 with their own qp label, folded into qp=other") \
   BPFTRAIN_RDMA_PORT_COUNTERS(BPFTRAIN_RDMA_PORT_METRIC, X)                                        \
   X(kRdmaPortOther, "bpftrain_rdma_port_other", kCounter, "events", "device port counter",         \
     "sysfs infiniband hw_counters", "A port counter file this version does not name (counter: the file)") \

@@ -354,6 +354,12 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
   auto kernel_depth = series("bpftrain_rdma_outstanding_work_requests", rxe0);
   EXPECT_EQ(kernel_depth.count, uint64_t(2 * kWrites));
   EXPECT_EQ(kernel_depth.max, 1);
+  // Per queue pair: rank 0's one QP is qp="0", with every sample; none folded.
+  auto qp_depth = series("bpftrain_rdma_qp_outstanding_work_requests",
+                         {{"job", "manual"}, {"rank", "0"}, {"source", "rxe"}, {"qp", "0"}});
+  EXPECT_EQ(qp_depth.count, uint64_t(2 * kWrites));
+  EXPECT_EQ(qp_depth.max, 1);
+  EXPECT_EQ(total("bpftrain_rdma_qps_folded", "0", "", "rxe"), 0);
   std::printf("rdma_rxe: %g writes posted, %g completed, %g bytes; completion p50 %.6f s\n",
               total("bpftrain_rdma_work_requests", "0", "write", "rxe"),
               total("bpftrain_rdma_work_completions", "0", "write", "rxe"),
@@ -471,6 +477,11 @@ TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
     EXPECT_EQ(depth.count, uint64_t(2 * kFlowWrites));  // every post and every completion
     EXPECT_LE(depth.max, kWindow);
     if (!depth.quantiles.empty()) p50[i] = depth.quantiles[0].second;
+    // The sender has one queue pair: its qp="0" series holds the same samples.
+    auto qp_depth = series("bpftrain_rdma_qp_outstanding_work_requests",
+                           {{"job", "manual"}, {"rank", sender}, {"source", "rxe"}, {"qp", "0"}});
+    EXPECT_EQ(qp_depth.count, depth.count);
+    EXPECT_EQ(qp_depth.max, depth.max);
     auto latency = of("bpftrain_rdma_completion_seconds", sender, "");
     std::printf("%s receiver: outstanding p50 %.1f max %.0f, completion p50 %.6f s\n",
                 pairs[i].name.c_str(), p50[i], depth.max,

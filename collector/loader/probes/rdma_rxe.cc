@@ -54,21 +54,32 @@ const ProbeDef kProbes[] = {
      "(receive completions)"},
 };
 
-constexpr size_t kOutstanding = 0, kCompletion = 1;
+// Per slot: the rank's outstanding and completion series, then one per QP label (0-7, other).
+constexpr size_t kOutstanding = 0, kCompletion = 1, kQp = 2;
+constexpr size_t kSeries = kQp + RDMA_RXE_QP_LABELS + 1;
 
-class Object final : public RingProbeObject<rdma_rxe_sample, 2> {
+class Object final : public RingProbeObject<rdma_rxe_sample, kSeries> {
  public:
   void onSample(const rdma_rxe_sample& sample) override {
     if (!sink().live(sample.slot)) return;
     auto& ids = series_[sample.slot];
+    const window::Label source{"source", "rxe"};
     if (!series_.known(sample.slot)) {
-      const window::Label source{"source", "rxe"};
       ids[kOutstanding] = sink().series(sample.slot, metrics::kRdmaOutstandingWorkRequests,
                                         std::span<const window::Label>(&source, 1));
       ids[kCompletion] = sink().series(sample.slot, metrics::kRdmaCompletionSeconds,
                                        std::span<const window::Label>(&source, 1));
     }
+    const size_t qp = sample.qp < RDMA_RXE_QP_LABELS ? sample.qp : RDMA_RXE_QP_LABELS;
+    window::SeriesId& qp_id = ids[kQp + qp];
+    if (qp_id == SlotSeries<kSeries>::kUnset) {
+      static const std::string kNames[] = {"0", "1", "2", "3", "4", "5", "6", "7", "other"};
+      static_assert(std::size(kNames) == RDMA_RXE_QP_LABELS + 1);
+      const window::Label labels[] = {source, {"qp", kNames[qp]}};
+      qp_id = sink().series(sample.slot, metrics::kRdmaQpOutstandingWorkRequests, labels);
+    }
     sink().record(ids[kOutstanding], sample.outstanding);
+    sink().record(qp_id, sample.qp_outstanding);
     if (sample.completion_ns > 0) sink().record(ids[kCompletion], sample.completion_ns * 1e-9);
   }
 };
@@ -91,7 +102,8 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
                                       op(metrics::kRdmaWorkCompletions, "atomic"),
                                       op(metrics::kRdmaWorkCompletions, "other"),
                                       {0, &metrics::kRdmaBytes, "source", "rxe"},
-                                      {0, &metrics::kRdmaUnmatchedCompletions, "source", "rxe"}};
+                                      {0, &metrics::kRdmaUnmatchedCompletions, "source", "rxe"},
+                                      {0, &metrics::kRdmaQpsFolded, "source", "rxe"}};
   return loadObject<rdma_rxe_counts, Object>(
       BPFTRAIN_SKELETON(rdma_rxe), kProbes, env, notes, std::move(counters),
       [&](rdma_rxe_bpf* skel) {
