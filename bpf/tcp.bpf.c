@@ -1,7 +1,10 @@
 // TCP queue depth of the targets' sockets. tcp:tcp_probe fires in softirq context, where the
 // current task is not the socket's owner, so ownership is learned in process context
-// (tcp:tcp_sendmsg_locked) into an LRU map keyed by the socket address. Depth samples are rate
-// limited per socket (sample_interval_ns) and go through a ring buffer; a full one is counted.
+// (tcp:tcp_sendmsg_locked) into a map keyed by the socket address, and forgotten when the socket
+// is destroyed. A plain hash, not an LRU: an LRU evicted live sockets without a trace (and before
+// it was full, per-CPU free lists running dry); a full hash refuses the insert, and each send of a
+// socket it could not take is counted as lost. Depth samples are rate limited per socket
+// (sample_interval_ns) and go through a ring buffer; a full one is counted too.
 // clang-format off
 #include "vmlinux.h"  // first: the types every header below uses
 // clang-format on
@@ -24,8 +27,8 @@ BPFTRAIN_COUNTS_MAP(struct tcp_counts);
 BPFTRAIN_LOST_MAP();
 
 struct {
-  __uint(type, BPF_MAP_TYPE_LRU_HASH);
-  __uint(max_entries, 16384);
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 16384); /* user space may resize it before load (ProbeOptions) */
   __type(key, __u64);
   __type(value, struct tcp_owner);
 } owners SEC(".maps");

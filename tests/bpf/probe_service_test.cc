@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -315,7 +316,7 @@ struct Listener {
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     bpftrain::testing::bindLoopbackPort0(fd, &port);
-    listen(fd, 1);
+    listen(fd, 16);
   }
   ~Listener() { close(fd); }
   // Reads everything; a slow reader takes 16 KiB per 2 ms (pacing a workload, not waiting on it).
@@ -383,6 +384,59 @@ TEST_F(ProbeServiceTest, SlowReaderQueueDepthClearlyAboveFastReader) {
   EXPECT_GT(quantile(slow_depth, 0.5), 1 << 20);
   EXPECT_GT(quantile(slow_rtt, 0.5), 0);
   EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "tcp"}}), 0);
+}
+
+// A full socket-owner map is never silent (issue 14): with room for 4 sockets, a target sending
+// K times on each of 8 connected sockets has 4 followed and 4 refused, and each refused send is
+// one lost event of the tcp probe: exactly 4K. Once the first 4 are destroyed (linger 0: reset at
+// close) their entries are gone and the other 4 are followed, losing nothing more.
+TEST_F(ProbeServiceTest, FullTcpOwnerMapCountsEverySendItCouldNotFollow) {
+  constexpr int kSockets = 8, kCapacity = 4, kSends = 50;
+  Listener listener(0);
+  const uint16_t port = listener.port;
+  auto fds = std::make_shared<std::vector<int>>();
+  Child sender(
+      [=] {
+        for (int i = 0; i < kSockets; ++i) {
+          const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+          sockaddr_in addr{};
+          addr.sin_family = AF_INET;
+          addr.sin_port = htons(port);
+          addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
+            fds->push_back(fd);
+        }
+      },
+      [=]() -> int64_t {
+        if (int(fds->size()) != kSockets) return -1;
+        const char byte[64] = {};
+        int64_t sends = 0;
+        auto round = [&](int from) {
+          for (int i = from; i < kSockets; ++i)
+            sends += send((*fds)[i], byte, sizeof byte, MSG_NOSIGNAL) == ssize_t(sizeof byte);
+        };
+        for (int k = 0; k < kSends; ++k) round(0);
+        for (int i = 0; i < kCapacity; ++i) {
+          const linger reset{1, 0};
+          setsockopt((*fds)[i], SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+          close((*fds)[i]);
+        }
+        for (int k = 0; k < kSends; ++k) round(kCapacity);
+        return sends;
+      });
+  ASSERT_TRUE(sender.ready(5s));
+  ProbeOptions options;
+  options.pids = {sender.pid()};
+  options.tcp_owner_capacity = kCapacity;
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  sender.go();
+  int64_t sends = 0;
+  ASSERT_TRUE(sender.result(sends, 30s));
+  ASSERT_EQ(sends, kSockets * kSends + (kSockets - kCapacity) * kSends) << "a send failed";
+  service->poll(registry_, monotonicNowNs());
+  EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "tcp"}}),
+            double((kSockets - kCapacity) * kSends));
 }
 
 TEST_F(ProbeServiceTest, UsdtEventsCountedExactly) {
