@@ -388,10 +388,16 @@ TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
   const std::string dir = base;
   struct Pair {
     std::string dir, name, repost_ms;
+    int writes = kFlowWrites, qps = 1;
     pid_t pids[2] = {-1, -1};  // sender, receiver
     std::string logs[2] = {};
   };
-  Pair pairs[2] = {{dir + "/slow", "slow", "20"}, {dir + "/fast", "fast", "0"}};
+  // A third pair, on kMultiQps queue pairs with a fast receiver, checks the bounded qp label: the
+  // first 8 QPs get qp="0".."7", the other two share qp="other" and are counted as folded.
+  constexpr int kMultiQps = 10, kMultiWrites = 5 * kMultiQps;
+  Pair pairs[3] = {{dir + "/slow", "slow", "20"},
+                   {dir + "/fast", "fast", "0"},
+                   {dir + "/multi", "multi", "0", kMultiWrites, kMultiQps}};
   auto finish = [&] {
     for (auto& p : pairs)
       for (pid_t& pid : p.pids)
@@ -407,11 +413,12 @@ TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
     p.logs[0] = p.dir + ".send.log";
     p.logs[1] = p.dir + ".recv.log";
     // Sender on rxe0, receiver on rxe1; the fast receiver keeps 2 x kWindow receives posted.
-    p.pids[0] = spawnLogged(
-        {flow, "send", p.dir, "rxe0", std::to_string(kFlowWrites), std::to_string(kWindow), "5000"},
-        p.logs[0]);
-    p.pids[1] = spawnLogged({flow, "recv", p.dir, "rxe1", std::to_string(kFlowWrites),
-                             p.name == "fast" ? std::to_string(2 * kWindow) : "0", p.repost_ms},
+    p.pids[0] = spawnLogged({flow, "send", p.dir, "rxe0", std::to_string(p.writes),
+                             std::to_string(kWindow), "5000", std::to_string(p.qps)},
+                            p.logs[0]);
+    p.pids[1] = spawnLogged({flow, "recv", p.dir, "rxe1", std::to_string(p.writes),
+                             p.name == "slow" ? "0" : std::to_string(2 * kWindow / p.qps),
+                             p.repost_ms, std::to_string(p.qps)},
                             p.logs[1]);
     if (p.pids[0] < 0 || p.pids[1] < 0) {
       finish();
@@ -439,7 +446,8 @@ TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
     FAIL() << "the flows did not connect within 90 s:\n" << out;
   }
   ProbeOptions options;  // ranks 0, 1: the slow pair; 2, 3: the fast pair
-  options.pids = {pairs[0].pids[0], pairs[0].pids[1], pairs[1].pids[0], pairs[1].pids[1]};
+  options.pids = {pairs[0].pids[0], pairs[0].pids[1], pairs[1].pids[0],
+                  pairs[1].pids[1], pairs[2].pids[0], pairs[2].pids[1]};  // multi: ranks 4, 5
   start(options, "rdma_rxe");
   for (auto& p : pairs) std::ofstream(p.dir + "/go") << "go\n";
   const auto deadline = std::chrono::steady_clock::now() + 120s;
@@ -486,6 +494,16 @@ TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
     std::printf("%s receiver: outstanding p50 %.1f max %.0f, completion p50 %.6f s\n",
                 pairs[i].name.c_str(), p50[i], depth.max,
                 latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second);
+  }
+  // The multi pair's sender: 5 writes on each of its 10 QPs, one depth sample per post and
+  // completion on the QP's own series.
+  EXPECT_EQ(of("bpftrain_rdma_work_requests", "4", "write").total, kMultiWrites);
+  EXPECT_EQ(of("bpftrain_rdma_qps_folded", "4", "").total, kMultiQps - 8);
+  for (int q = 0; q <= 8; ++q) {
+    const std::string label = q < 8 ? std::to_string(q) : "other";
+    auto qp_depth = series("bpftrain_rdma_qp_outstanding_work_requests",
+                           {{"job", "manual"}, {"rank", "4"}, {"source", "rxe"}, {"qp", label}});
+    EXPECT_EQ(qp_depth.count, uint64_t(q < 8 ? 10 : 10 * (kMultiQps - 8))) << "qp " << label;
   }
   std::printf("slow/fast outstanding p50 ratio: %.1f\n", p50[0] / std::max(p50[1], 1.0));
   EXPECT_GE(p50[0], 10 * std::max(p50[1], 1.0)) << "slow p50 " << p50[0] << ", fast " << p50[1];
