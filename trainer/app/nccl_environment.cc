@@ -86,6 +86,17 @@ NcclEnvironment ncclEnvironment(const Options& o, const std::map<std::string, st
   return out;
 }
 
+bool bpftrainProfilerReports(const std::map<std::string, std::string>& env) {
+  const auto plugin = env.find("NCCL_PROFILER_PLUGIN");
+  if (plugin == env.end()) return false;
+  const auto collector = env.find("BPFTRAIN_COLLECTOR");
+  if (collector != env.end() && collector->second == "off") return false;
+  const std::string_view v = plugin->second;
+  const std::string_view file = v.substr(v.find_last_of('/') + 1);  // npos + 1 == 0
+  return v == "bpftrain" || file.starts_with("libnccl-bpftrain.so") ||
+         file.starts_with("libnccl-profiler-bpftrain.so");
+}
+
 PluginSearch findNcclPlugin(const std::vector<std::string>& candidates) {
   PluginSearch s;
   for (const std::string& c : candidates) {

@@ -49,6 +49,13 @@ struct PluginSearch {
 NcclEnvironment ncclEnvironment(const Options& o, const std::map<std::string, std::string>& env,
                                 const PluginSearch& plugin);
 
+// Whether NCCL will load the project's profiler plugin and it will report: NCCL_PROFILER_PLUGIN
+// names it ("bpftrain", or a path to libnccl-bpftrain.so or libnccl-profiler-bpftrain.so) and
+// BPFTRAIN_COLLECTOR is not "off". Its per-collective bpftrain_allreduce_* carry the same job and
+// rank labels as the trainer's per-step ones, so then the trainer leaves those series to it
+// (mixed, the counters would count each allreduce twice and the quantiles mean neither).
+bool bpftrainProfilerReports(const std::map<std::string, std::string>& env);
+
 // The first of `candidates` that is a file.
 PluginSearch findNcclPlugin(const std::vector<std::string>& candidates);
 // libnccl-bpftrain.so in the build tree bpftrain-train came from, then where it is installed.

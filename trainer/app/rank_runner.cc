@@ -457,6 +457,11 @@ void RankRunner::startTelemetry() {
   eo.rank = uint32_t(o_.rank);
   eo.world = uint32_t(o_.world);
   if (!o_.node_of.empty()) eo.node = "node" + std::to_string(o_.node_of[size_t(o_.rank)]);
+  // (connect() has set NCCL's environment by now.)
+  eo.report_allreduce = !(o_.backend == "nccl" && bpftrainProfilerReports(environmentMap()));
+  if (!eo.report_allreduce)
+    log("allreduce metrics come from the NCCL profiler plugin (per collective); this rank "
+        "reports its step times only");
   emitter_ = std::make_unique<telemetry::Emitter>(eo);
 }
 

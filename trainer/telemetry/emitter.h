@@ -31,6 +31,9 @@ struct EmitterOptions {
   uint32_t world = 1;
   std::chrono::milliseconds hello_every{3000};
   size_t ring_capacity = 4096;  // per-step records buffered between ticks
+  // false: step records send step seconds only, leaving the allreduce series to another source
+  // for the same job and rank (the project's NCCL profiler plugin, per collective).
+  bool report_allreduce = true;
 };
 
 // One step's measurements, pushed by the training thread.

@@ -345,6 +345,22 @@ TEST(NcclEnvironment, AMissingPluginIsOneLineNamingWhereItLooked) {
   EXPECT_EQ(theirs.error, "");
 }
 
+TEST(NcclEnvironment, TheProjectsProfilerReportsWhenNcclLoadsItAndACollectorListens) {
+  using Env = std::map<std::string, std::string>;
+  EXPECT_TRUE(bpftrainProfilerReports(Env{{"NCCL_PROFILER_PLUGIN", "bpftrain"}}));
+  EXPECT_TRUE(bpftrainProfilerReports(Env{
+      {"NCCL_PROFILER_PLUGIN", "/opt/b/lib/libnccl-bpftrain.so"}, {"BPFTRAIN_COLLECTOR", "h:1"}}));
+  EXPECT_TRUE(
+      bpftrainProfilerReports(Env{{"NCCL_PROFILER_PLUGIN", "libnccl-profiler-bpftrain.so"}}));
+  EXPECT_FALSE(bpftrainProfilerReports(Env{}));
+  EXPECT_FALSE(
+      bpftrainProfilerReports(Env{{"NCCL_PROFILER_PLUGIN", "/x/libnccl-profiler-other.so"}}));
+  EXPECT_FALSE(
+      bpftrainProfilerReports(Env{{"NCCL_PROFILER_PLUGIN", "/bpftrain/libnccl-other.so"}}));
+  EXPECT_FALSE(bpftrainProfilerReports(
+      Env{{"NCCL_PROFILER_PLUGIN", "bpftrain"}, {"BPFTRAIN_COLLECTOR", "off"}}));
+}
+
 TEST(NcclEnvironment, FindsTheFirstCandidateThatIsAFile) {
   const std::string dir = ::testing::TempDir();
   const std::string file = dir + "/libnccl-bpftrain-test.so";

@@ -128,6 +128,29 @@ TEST(Emitter, SendsHelloStepsAndGaugesThatDecode) {
     EXPECT_EQ(rx.sequences[i], rx.sequences[i - 1] + 1);
 }
 
+// With report_allreduce off (the NCCL profiler plugin reports them per collective), step records
+// send their step time and nothing of the allreduce.
+TEST(Emitter, StepTimesOnlyWhenAnotherSourceReportsTheAllreduce) {
+  Receiver rx;
+  EmitterOptions o;
+  o.collector = rx.address();
+  o.hz = 100;
+  o.report_allreduce = false;
+  Emitter e(o);
+  e.start();
+  for (int i = 0; i < 20; ++i)
+    e.pushStep(
+        {uint64_t(1'700'000'000'000'000'000ull + uint64_t(i) * 1'000'000), 0.01, 0.004, 1000, 5e8});
+  e.setGauge(MetricId::kLoss, 0.5);
+  ASSERT_TRUE(rx.receiveUntil(
+      [&] { return rx.count[MetricId::kStepSeconds] >= 20 && rx.last.count(MetricId::kLoss); }));
+  e.stop();
+  EXPECT_EQ(rx.count[MetricId::kAllreduceSeconds], 0);
+  EXPECT_EQ(rx.count[MetricId::kAllreduceBytes], 0);
+  EXPECT_EQ(rx.count[MetricId::kAllreduceBusbwBytesPerSecond], 0);
+  EXPECT_DOUBLE_EQ(rx.bytes_sum, 0);
+}
+
 TEST(Emitter, ACheckpointShorterThanATickIsStillReported) {
   Receiver rx;
   EmitterOptions o;
