@@ -302,7 +302,12 @@ void RankRunner::setUpNccl(const collective::CommOptions& co) {
   }
   for (const std::string& k : env.kept) said += " " + k + " (yours)";
   if (!said.empty()) log("nccl environment:%s", said.c_str());
-  auto comm = createNcclCommunicator(co);
+  // The GPU model allreduces its device buffer in place; only sync words, the resume step and
+  // barriers go through the communicator's staging buffer, so it need not hold the gradients
+  // (it did: one model's worth of device memory for nothing).
+  collective::CommOptions staged = co;
+  staged.max_elements = 0;  // the communicator's minimum (4 KiB)
+  auto comm = createNcclCommunicator(staged);
   nccl_ = comm.get();
   comm_ = std::move(comm);
   gpu_ =
