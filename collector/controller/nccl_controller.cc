@@ -56,6 +56,19 @@ struct CommView {
   std::map<int, NcclTotals> totals;  // by collective
 };
 
+// The fields every record of a decision in flight carries (applied or abandoned).
+nlohmann::json pendingRecord(const char* event, const std::string& job, const std::string& comm,
+                             uint64_t epoch, const NcclArm& to, uint64_t start_call) {
+  return {{"event", event},
+          {"policy", "nccl"},
+          {"job", job},
+          {"comm", comm},
+          {"epoch", epoch},
+          {"to", ncclArmName(to)},
+          {"start_call", start_call},
+          {"wall_ns", realtimeNowNs()}};
+}
+
 }  // namespace
 
 std::unique_ptr<NcclController> NcclController::create(NcclControllerConfig config,
@@ -279,16 +292,10 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
         const double latency_s = double(now_ns - p.decided_ns) * 1e-9;
         ++stats_.applied;
         count(metrics::kControllerApplySeconds, {}, latency_s, now_ns);
-        log_.write({{"event", "applied"},
-                    {"policy", "nccl"},
-                    {"job", job},
-                    {"comm", comm},
-                    {"epoch", p.epoch},
-                    {"to", ncclArmName(p.to)},
-                    {"start_call", p.start_call},
-                    {"progress_min", min_calls},
-                    {"apply_latency_s", latency_s},
-                    {"wall_ns", realtimeNowNs()}});
+        nlohmann::json record = pendingRecord("applied", job, comm, p.epoch, p.to, p.start_call);
+        record["progress_min"] = min_calls;
+        record["apply_latency_s"] = latency_s;
+        log_.write(record);
         c.applied = p.to;
         c.applied_epoch = p.epoch;
         c.pending.reset();
@@ -304,16 +311,10 @@ void NcclController::onStep(const window::SeriesStore& store, std::span<const Nc
                      (unsigned long long)p.start_call, (unsigned long long)epoch_min,
                      (unsigned long long)epoch_max,
                      split ? "; deciding the previous arm again for every rank" : "");
-        log_.write({{"event", "abandoned"},
-                    {"policy", "nccl"},
-                    {"job", job},
-                    {"comm", comm},
-                    {"epoch", p.epoch},
-                    {"to", ncclArmName(p.to)},
-                    {"start_call", p.start_call},
-                    {"epoch_min", epoch_min},
-                    {"epoch_max", epoch_max},
-                    {"wall_ns", realtimeNowNs()}});
+        nlohmann::json record = pendingRecord("abandoned", job, comm, p.epoch, p.to, p.start_call);
+        record["epoch_min"] = epoch_min;
+        record["epoch_max"] = epoch_max;
+        log_.write(record);
         const Pending missed = p;  // p dies with the reset below
         const NcclArm back = missed.from;
         c.pending.reset();
