@@ -143,7 +143,11 @@ void UpstreamForwarder::start() {
   std::lock_guard lock(mutex_);
   if (thread_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread([this] { run(); });
+  // The first step to send is the one start() is called in, taken here rather than in the new
+  // thread: a thread that began running a step later skipped what the caller recorded meanwhile
+  // (upstream_test's BackgroundThreadForwardsEachStep saw 0 of 500 in a CI run).
+  const int64_t first = store_.stepOf(monotonicNowNs());
+  thread_ = std::thread([this, first] { run(first); });
 }
 
 void UpstreamForwarder::stop() {
@@ -155,10 +159,9 @@ void UpstreamForwarder::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void UpstreamForwarder::run() {
+void UpstreamForwarder::run(int64_t next) {  // next: the first step to send, once it ends
   const int64_t step_ns = std::max<int64_t>(store_.config().step.count(), 1);
   const int64_t window_steps = (store_.config().window.count() + step_ns - 1) / step_ns;
-  int64_t next = store_.stepOf(monotonicNowNs());  // first step to send, once it ends
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     // steady_clock is CLOCK_MONOTONIC on Linux, the clock the store's steps are counted in.

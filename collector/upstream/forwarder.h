@@ -64,7 +64,7 @@ class UpstreamForwarder {
  private:
   UpstreamForwarder(const window::SeriesStore& store, const UpstreamOptions& options, int fd,
                     uint64_t sender_id);
-  void run();
+  void run(int64_t first_step);
   void send(std::span<const uint8_t> frame);
   void logOnce(std::atomic<bool>& flag, const std::string& line);
 
