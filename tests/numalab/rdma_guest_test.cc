@@ -172,16 +172,8 @@ TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
                                    store_dir,
                                    "--data",
                                    "/numalab/data/digits.csv.gz"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&files, 1, 2);
-  pid_t launcher = -1;
-  ASSERT_EQ(posix_spawn(&launcher, train, &files, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&files);
+  const pid_t launcher = spawnLogged(std::move(args), log);
+  ASSERT_GT(launcher, 0) << "cannot start " << train;
   // Poll once a second while it trains, as the collector does each window step.
   const auto deadline = std::chrono::steady_clock::now() + 240s;
   int status = 0;
@@ -253,16 +245,8 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
     logs[rank] = dir + ".rank" + std::to_string(rank);
     std::vector<std::string> args = {posts, std::to_string(rank), dir, "rxe" + std::to_string(rank),
                                      std::to_string(kWrites)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t files;
-    posix_spawn_file_actions_init(&files);
-    posix_spawn_file_actions_addopen(&files, 1, logs[rank].c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&files, 1, 2);
-    ASSERT_EQ(posix_spawn(&pids[rank], posts, &files, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&files);
+    pids[rank] = spawnLogged(std::move(args), logs[rank]);
+    ASSERT_GT(pids[rank], 0) << "cannot start " << posts;
   }
   auto finish = [&] {
     for (pid_t& pid : pids)
