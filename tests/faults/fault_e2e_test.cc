@@ -8,9 +8,10 @@
 //  - the collector SIGKILLed and restarted on the same port mid-run: the ranks are not held up
 //    (rank 0's log lines keep their pace), they say hello to the new collector within the hello
 //    period and their series continue there; samples sent before that hello are counted;
-//  - the collector overloaded (bpftrain-loadgen offering more than it can take) while two ranks
-//    train: step time within a stated ratio of a run without the flood, /metrics answers in
-//    < 1 s throughout, every datagram sent is either counted or in the kernel-drop counter.
+//  - the collector overloaded (in a CPU-capped cgroup, bpftrain-loadgen offering >= 3x what it
+//    takes) while two ranks train: step time within a stated ratio of a run without the flood,
+//    /metrics answers in < 1 s throughout, every datagram sent is either counted or in the
+//    kernel-drop counter, RSS bounded.
 // Every child is killed (its whole process group) and the tmpfs unmounted even on failure.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -33,6 +34,7 @@
 
 #include "tests/support/child_process.h"
 #include "tests/support/collector_process.h"
+#include "tests/support/cpu_cgroup.h"
 #include "tests/support/requirements.h"
 #include "tests/support/temp_dir.h"
 
@@ -328,25 +330,31 @@ uint64_t rssKiB(pid_t pid) {
 }
 
 TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
-  // The collector and the flood run at nice 19: on this shared 2-core host that isolates what
-  // the collector could do to training (a send that waits) from the CPU a flood takes. One ingest
-  // thread with a 64 KiB socket buffer against two generators: here it took about half of what
-  // was offered (1.8-2.0x measured; the 3x needs more sender CPU than this host has, at
-  // nice 19 with four generators and SCHED_IDLE alike it still took about half; 1.4-2.0x as the
-  // host's load varies), so the test asserts that more than 5% was dropped and prints the ratio.
-  // Each generator offers 10,000 datagrams/s of kLinesPerDatagram lines. With 40 lines a quiet
-  // host's collector took all but 3% (a clean-clone CI run failed "not an overload"): nice 19
-  // does not hold back a collector on an idle core, which parses ~2 M lines/s here. With 120 it
-  // dropped 11-24% on a quiet host (1.1-1.3x; training x0.52-1.57, 10 runs) and 90-95% on a
-  // loaded one; 240 slowed training x1.54-1.72 through loopback's kernel CPU, and confining
-  // the collector and floods to one CPU with taskset slowed it x1.36-1.72.
+  // The collector runs in a cgroup capped at kCollectorCpu of one CPU, as a systemd unit with
+  // CPUQuota= would run it, and at nice 19; the flood at nice 19. The cap is what lets a flood
+  // reach the 3x: with the collector free on this shared 2-core host the senders' own
+  // CPU was the limit (one uncapped ingest thread parses ~2 M lines/s here; 2 generators of
+  // 120-line datagrams reached 1.1-2.0x, 500-line ones 3.7-6.9x but slowed training past 1.5x
+  // through loopback's kernel CPU in 3 of 6 runs; nice 19 and SCHED_IDLE do not hold back a
+  // process on an idle core). What it took under overload is its capacity, at least its
+  // lossless rate, so offered >= 3x accepted is offered >= 3x the lossless rate. Measured with
+  // one generator (10,000 datagrams/s of 120 lines) at load ~9: capped at 0.15 CPU it took 2.0x
+  // less than offered, 0.06 CPU 3.6-3.9x, 0.04 CPU 5.4-6.1x (worst scrape 0.10-0.18 s, training
+  // x0.39-0.83 against the run without the flood); a quiet host gives the collector its whole
+  // quota, hence the margin.
   constexpr int kLinesPerDatagram = 120;
+  constexpr double kCollectorCpu = 0.04;
+  constexpr int kGenerators = 1;  // each offers 10,000 datagrams/s
+  std::string why;
+  auto cgroup = testing::CpuCgroup::create(kCollectorCpu, why);
+  if (!cgroup) BPFTRAIN_SKIP_OR_FAIL_UNDER_CI(why);
   const std::string nice = "/usr/bin/nice";
   ASSERT_EQ(access(nice.c_str(), X_OK), 0);
   auto collector = std::make_unique<ChildProcess>(std::vector<std::string>{
       nice, "-n", "19", buildPath("collector/app/bpftrain-collector"), "--listen", "127.0.0.1:0",
       "--metrics", "127.0.0.1:0", "--no-bpf", "--ingest-threads", "1", "--rcvbuf", "65536",
       "--step", "100ms", "--window", "2s"});
+  ASSERT_TRUE(cgroup->add(collector->pid())) << "cannot move the collector into " << cgroup->path();
   auto ready =
       collector->waitLine(std::regex("udp=[0-9.]+:([0-9]+) metrics=[0-9.]+:([0-9]+)"), 10s);
   ASSERT_TRUE(ready) << collector->err;
@@ -366,7 +374,7 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
     return std::make_unique<ChildProcess>(a);
   };
   std::vector<std::unique_ptr<ChildProcess>> floods;
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < kGenerators; ++i)
     floods.push_back(loadgen({"--rate", std::to_string(kLinesPerDatagram * 10000), "--per-datagram",
                               std::to_string(kLinesPerDatagram), "--duration", "4"}));
   ChildProcess busy(train(training));
@@ -425,7 +433,8 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
   // Overload: what was offered is well beyond what the collector took meanwhile.
   const double offered_rate = offered / flood_s;
   const double accepted_rate = (offered - dropped) / flood_s;
-  EXPECT_GT(dropped, 0.05 * offered) << "not an overload: raise the rate";
+  EXPECT_GE(offered_rate, 3 * accepted_rate) << "not a 3x overload: lower kCollectorCpu";
+  EXPECT_GT(cgroup->throttledPeriods(), 0) << "the collector never reached its CPU cap";
 
   const auto q = meanSteps(quiet.out), b = meanSteps(busy.out);
   ASSERT_EQ(q.size(), 2u);
@@ -445,10 +454,12 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
   std::printf(
       "flood: %.3g datagrams/s offered (%d StatsD lines each), %.3g/s accepted (%.1fx); %.0f "
       "counted + %.0f kernel drops = %.0f sent; mean step %.6f s alone, %.6f s under the flood "
-      "(x%.2f); worst of %d scrapes %.3f s; collector RSS %llu -> %llu KiB\n",
+      "(x%.2f); worst of %d scrapes %.3f s; collector RSS %llu -> %llu KiB, capped at %.2f CPU "
+      "(throttled in %ld periods of 100 ms)\n",
       offered_rate, kLinesPerDatagram, accepted_rate, offered_rate / std::max(accepted_rate, 1.0),
       counted, dropped, sent, std::max(q[0], q[1]), std::max(b[0], b[1]), ratio, scrapes,
-      worst_scrape, (unsigned long long)rss_before, (unsigned long long)rss_after);
+      worst_scrape, (unsigned long long)rss_before, (unsigned long long)rss_after, kCollectorCpu,
+      cgroup->throttledPeriods());
 }
 
 }  // namespace
