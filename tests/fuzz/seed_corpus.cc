@@ -63,6 +63,25 @@ Bytes control(std::string_view job, uint64_t epoch, uint8_t topology, uint64_t t
   return b;
 }
 
+// An NCCL tuner decision (kind 6) signed under the fuzz secret: AllReduce (4) with `algorithm`
+// and `protocol` (0xff: NCCL's own choice) from call `start`.
+Bytes ncclDecision(std::string_view job, uint64_t epoch, uint64_t comm, uint64_t start,
+                   uint8_t algorithm, uint8_t protocol, uint64_t ts) {
+  wire::NcclControl c;
+  c.job = job;
+  c.epoch = epoch;
+  c.comm_id = comm;
+  c.start_call = start;
+  c.collective = 4;
+  c.algorithm = algorithm;
+  c.protocol = protocol;
+  c.timestamp_ns = ts;
+  Bytes b(wire::kMaxFrameSize);
+  b.resize(
+      wire::encodeSignedNcclControl(b, 9, uint32_t(epoch), c, "fuzz-secret-0123456789abcdef0123"));
+  return b;
+}
+
 Bytes cat(std::initializer_list<Bytes> parts) {
   Bytes out;
   for (const Bytes& p : parts) out.insert(out.end(), p.begin(), p.end());
@@ -151,6 +170,15 @@ int main(int argc, char** argv) {
   const uint64_t now = 1'750'000'000'000'000'000;
   put("control", "decision", control("digits", 1, 1, now));
   put("control", "two", cat({control("digits", 2, 3, now), control("other", 3, 0, now)}));
+
+  // nccl_decision: a signed decision (tree/LL for every communicator), then a stale epoch and
+  // an unknown algorithm after a valid one in one datagram, and NCCL's own choice back.
+  put("nccl_decision", "decision", ncclDecision("digits", 1, 0, 4096, 0, 0, now));
+  put("nccl_decision", "three",
+      cat({ncclDecision("digits", 3, 77, 100, 1, 2, now),
+           ncclDecision("digits", 2, 77, 200, 0, 0, now),
+           ncclDecision("digits", 4, 77, 300, 42, 0, now)}));
+  put("nccl_decision", "nccl_choice", ncclDecision("digits", 5, 0, 9000, 0xff, 0xff, now));
 
   // config: the shipped example and every kind of key.
   put("config", "shipped",
