@@ -158,6 +158,8 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "Samples the rank's emitter dropped because its socket was full (training never waits)")      \
   X(kControlRejected, "bpftrain_control_rejected", kCounter, "frames", "job rank", "trainer",      \
     "Control frames rank 0 refused: bad MAC, replay, stale epoch, clock skew, unknown value")      \
+  X(kControlDropped, "bpftrain_control_dropped", kCounter, "frames", "job rank", "trainer",        \
+    "Control datagrams the kernel dropped at rank 0's control socket, its buffer full (a flood)")  \
   /* ---- fault handling (issue 14) ---- */                                                      \
   X(kCheckpointFailures, "bpftrain_checkpoint_failures", kCounter, "checkpoints", "job rank",      \
     "trainer", "Checkpoints rank 0 could not write (disk full, I/O error); training went on")    \

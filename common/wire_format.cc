@@ -71,6 +71,8 @@ MetricInfo metricInfo(MetricId id) {
       return {metrics::kControlRejected.name, SampleType::kCounter};
     case MetricId::kCheckpointFailures:
       return {metrics::kCheckpointFailures.name, SampleType::kCounter};
+    case MetricId::kControlDropped:
+      return {metrics::kControlDropped.name, SampleType::kCounter};
   }
   return {"", SampleType::kGauge};
 }

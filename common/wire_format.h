@@ -52,7 +52,9 @@ enum class MetricId : uint16_t {
   // Controller decisions rank 0 rejected (bad MAC, stale, replay...); reasons in its log.
   kControlRejected = 15,
   kCheckpointFailures = 16,  // checkpoints that could not be written (training went on)
-  kLast = kCheckpointFailures,
+  // Control datagrams the kernel dropped at rank 0's control socket (its buffer was full).
+  kControlDropped = 17,
+  kLast = kControlDropped,
 };
 
 enum class SampleType : uint8_t { kGauge = 0, kCounter = 1, kTimer = 2 };

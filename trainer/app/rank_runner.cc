@@ -148,6 +148,7 @@ class RankRunner {
   void maybeResume();
   void applyPinning(PinMode mode);
   void refreshThreads();
+  void reportControlDrops();
   void syncAtBoundary(uint64_t step, bool features_on);
   void applySwitch(const control::Switch& s, uint64_t step);
   void publishConfig();
@@ -186,6 +187,7 @@ class RankRunner {
   control::ConfigWord resumed_config_;  // from the command line, or the checkpoint resumed
   uint64_t start_step_ = 0;
   uint64_t checkpoint_failures_ = 0;
+  uint64_t control_drops_reported_ = 0;
   int local_rank_ = 0, local_world_ = 1;
   double loss_ = 0;
   Clock::time_point last_slow_probe_;
@@ -499,6 +501,19 @@ void RankRunner::syncAtBoundary(uint64_t step, bool features_on) {
   if (auto s = sync_->readBroadcast(step, word)) applySwitch(*s, step);
 }
 
+// Rank 0's control socket overflowed since the last look (a flood): counted and said, once a
+// second at most; training did not wait for it.
+void RankRunner::reportControlDrops() {
+  const uint64_t drops = receiver_->kernelDrops();
+  if (drops == control_drops_reported_) return;
+  if (emitter_)
+    emitter_->addCounter(MetricId::kControlDropped, double(drops - control_drops_reported_));
+  log("control socket full: the kernel dropped %" PRIu64
+      " datagrams so far (a flood of control frames?); bpftrain_control_dropped_total counts them",
+      drops);
+  control_drops_reported_ = drops;
+}
+
 void RankRunner::afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s) {
   if (emitter_ && features_on) {
     const double bytes = double(model_->parameterCount()) * sizeof(float);
@@ -513,6 +528,7 @@ void RankRunner::afterStep(uint64_t step, bool features_on, double step_s, doubl
   if (Clock::now() - last_slow_probe_ > std::chrono::seconds(1) || step == start_step_) {
     last_slow_probe_ = Clock::now();
     refreshThreads();
+    if (receiver_) reportControlDrops();
     if (emitter_) {
       int64_t ahp = model::anonHugePagesBytes();
       if (ahp >= 0) emitter_->setGauge(MetricId::kAnonHugePagesBytes, double(ahp));

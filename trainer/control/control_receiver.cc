@@ -22,7 +22,10 @@ ControlReceiver::ControlReceiver(const std::string& host_port, Verifier& verifie
   if (!addr) throw std::runtime_error(error);
   fd_ = socket(addr->family(), SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int one = 1;
-  if (fd_ >= 0) setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+  if (fd_ >= 0) {
+    setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+    setsockopt(fd_, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+  }
   if (fd_ < 0 || bind(fd_, addr->get(), addr->length) != 0) {
     std::string why = std::strerror(errno);
     if (fd_ >= 0) close(fd_);
@@ -38,9 +41,9 @@ ControlReceiver::~ControlReceiver() {
 
 bool ControlReceiver::poll(ConfigWord& decision, uint64_t& arrival_ns) {
   bool accepted = false;
-  for (;;) {
+  for (int i = 0; i < kMaxDatagramsPerPoll; ++i) {
     iovec iov{buffer_.data(), buffer_.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec)) + CMSG_SPACE(sizeof(uint32_t))];
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
@@ -54,6 +57,10 @@ bool ControlReceiver::poll(ConfigWord& decision, uint64_t& arrival_ns) {
         timespec ts{};
         std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
         at = uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+      } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+        uint32_t drops = 0;  // the socket's cumulative count, 32 bits wide: follow its wraps
+        std::memcpy(&drops, CMSG_DATA(c), sizeof(drops));
+        kernel_drops_ += uint32_t(drops - uint32_t(kernel_drops_));
       }
     }
     const uint64_t now_ns = realtimeNowNs();

@@ -1,6 +1,10 @@
 // Rank 0's control socket: a non-blocking UDP socket polled at each step boundary (no thread), so a
 // decision is picked up at the next boundary after it arrives. Arrival times are the kernel's
 // receive timestamps (SO_TIMESTAMPNS), which is what switch latency is measured from.
+// A flood (garbage, forged or replayed frames) must not hold a step boundary: one poll reads at
+// most kMaxDatagramsPerPoll datagrams and leaves the rest for the next boundary; what the socket
+// buffer cannot hold meanwhile the kernel drops, and SO_RXQ_OVFL counts it (kernelDrops()). The
+// controller re-sends a decision until it sees it applied, so a dropped one comes again.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +28,19 @@ class ControlReceiver {
   // with its kernel arrival time (CLOCK_REALTIME ns).
   bool poll(ConfigWord& decision, uint64_t& arrival_realtime_ns);
   uint16_t port() const { return port_; }
+  // Datagrams the kernel dropped at this socket since it was opened, as of the last datagram
+  // read (SO_RXQ_OVFL rides on received datagrams).
+  uint64_t kernelDrops() const { return kernel_drops_; }
+
+  // 256 garbage datagrams cost ~0.3 ms to read and refuse; a sustained flood beyond 256 per step
+  // ends in kernel drops, counted.
+  static constexpr int kMaxDatagramsPerPoll = 256;
 
  private:
   Verifier& verifier_;
   int fd_ = -1;
   uint16_t port_ = 0;
+  uint64_t kernel_drops_ = 0;
   std::vector<uint8_t> buffer_;
 };
 
