@@ -464,7 +464,12 @@ TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
     const std::string sender = std::to_string(2 * i), receiver = std::to_string(2 * i + 1);
     EXPECT_EQ(of("bpftrain_rdma_work_requests", sender, "write").total, kFlowWrites) << out;
     EXPECT_EQ(of("bpftrain_rdma_work_completions", sender, "write").total, kFlowWrites);
-    EXPECT_EQ(of("bpftrain_rdma_work_completions", receiver, "recv").total, kFlowWrites);
+    // Receive completions come from rxe_cq_post, which 6.1 skips without a count while another
+    // kprobe program or a BPF map syscall runs on that CPU (counted only from 6.7): 149 of 150
+    // in one run of several dozen. Send-side posts and completions are repaired and stay exact.
+    const double recv = of("bpftrain_rdma_work_completions", receiver, "recv").total;
+    EXPECT_LE(recv, kFlowWrites);
+    EXPECT_GE(recv, kFlowWrites - 2) << "more receive completions missed than 6.1's kprobe skip";
     auto depth = of("bpftrain_rdma_outstanding_work_requests", sender, "");
     EXPECT_EQ(depth.count, uint64_t(2 * kFlowWrites));  // every post and every completion
     EXPECT_LE(depth.max, kWindow);
