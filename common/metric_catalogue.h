@@ -176,7 +176,8 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "tp_btf tlb:tlb_flush",                                                                        \
     "TLB flushes and shootdowns on a rank's CPUs, by reason (munmap, mprotect, IPIs)")            \
   X(kPageFaults, "bpftrain_page_faults", kCounter, "faults", "job rank",                           \
-    "tp_btf exceptions:page_fault_user", "User page faults of a rank")                            \
+    "/proc/PID/stat minflt+majflt (--cgroup/--all: tp_btf exceptions:page_fault_user)",            \
+    "Page faults of a rank, minor and major, as the kernel accounts them to its processes")       \
   X(kThpFaults, "bpftrain_thp_faults", kCounter, "faults", "job rank",                             \
     "tp_btf kmem:mm_page_alloc (PMD order)",                                                       \
     "Huge-page allocations on a rank's faults: whether huge pages back the model")               \
