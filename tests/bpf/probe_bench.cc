@@ -267,9 +267,7 @@ int main(int argc, char** argv) {
        [] { tests::bpf::touchFreshPages(4); }},
       {"TCP loopback stream",
        "tcp",
-       {{"tcp",
-         {"empty_tcp_sendmsg_locked", "empty_tcp_probe", "empty_tcp_retransmit_skb",
-          "empty_tcp_destroy_sock"}}},
+       {{"tcp", {"empty_tcp_sendmsg_locked", "empty_tcp_probe", "empty_tcp_retransmit_skb"}}},
        "tracepoint:tcp:tcp_probe { @[pid] = count(); }",
        [&] { return tcpStream((512LL << 20) / scale) / (64 << 10); },  // events: 64 KiB writes
        [] { tcpStream(1 << 20); }},
