@@ -18,8 +18,7 @@ char LICENSE[] SEC("license") = "GPL";
 BPFTRAIN_COUNTS_MAP(struct numa_move_counts);
 
 static __always_inline void countKind(__u32 tgid, int kind) {
-  struct numa_move_counts* c =
-      slotCounts(&counts, slotOfIds(tgid, bpf_get_current_cgroup_id(), true));
+  struct numa_move_counts* c = slotCounts(&counts, slotOfIds(tgid, bpf_get_current_cgroup_id()));
   if (c && kind >= 0 && kind < NUMA_MOVE_KINDS) c->kind[kind]++;
 }
 

@@ -177,7 +177,7 @@ static __always_inline int slotOfTask(struct task_struct* task) {
   if (!task) return -1;
   __u64 cgroup_id = 0;
   if (target_by_cgroup) cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
-  return slotOfIds(BPF_CORE_READ(task, tgid), cgroup_id, true);
+  return slotOfIds(BPF_CORE_READ(task, tgid), cgroup_id);
 }
 
 // Counts the WQEs between the QP's last claimed producer index and the one now as posted, once:

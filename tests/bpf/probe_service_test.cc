@@ -283,6 +283,33 @@ TEST_F(ProbeServiceTest, HugePageRegionCountsThpFaults) {
   EXPECT_GE(total("bpftrain_thp_faults", {{"job", "manual"}, {"rank", "0"}}), huge);
 }
 
+// With --all the page-fault program runs, for tasks that are no tgid target: a --pid target's page
+// faults still come from /proc/PID/stat, and its THP faults from the object's other program, whose
+// per-CPU memo the page-fault program must not fill with "no slot" for the target (it did once,
+// and the target's THP faults read 0).
+TEST_F(ProbeServiceTest, WithAllATargetsThpFaultsStillCount) {
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode((std::istreambuf_iterator<char>(mode_file)), {});
+  if (mode.find("[never]") != std::string::npos || mode.empty())
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("transparent huge pages disabled on this kernel: " << mode);
+  Child target([] {}, [] { return tests::bpf::touchHugePages(8); });
+  ASSERT_TRUE(target.ready(5s));
+  ProbeOptions options;
+  options.all_processes = true;
+  options.pids = {target.pid()};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  target.go();
+  int64_t huge = 0;
+  ASSERT_TRUE(target.result(huge, 20s));
+  ASSERT_GT(huge, 0) << "kernel gave no huge page to a MADV_HUGEPAGE region (fragmented memory?)";
+  service->poll(registry_, monotonicNowNs());
+  const LabelMap who = {{"job", "manual"}, {"rank", "0"}};
+  EXPECT_GE(total("bpftrain_thp_faults", who), huge);
+  EXPECT_GE(total("bpftrain_page_faults", who), huge);
+  EXPECT_GT(total("bpftrain_probe_runs", {{"probe", "page_faults"}}), 0) << "loaded for --all";
+}
+
 TEST_F(ProbeServiceTest, MunmapInMultithreadedProcessCountsShootdowns) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 online CPUs for a shootdown";
   constexpr int64_t kRounds = 2000;
