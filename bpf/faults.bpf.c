@@ -1,6 +1,9 @@
-// Page faults (exceptions:page_fault_user) and THP faults. Kernels up to at least 6.18 have no
-// tracepoint for a huge-page fault (huge_memory:* covers khugepaged only), so a THP fault is
-// counted where its folio is allocated: kmem:mm_page_alloc of PMD order in the target's own
+// Page faults and THP faults. A process target's page faults are not counted here: user space
+// reads them from /proc/PID/stat each step (collector/loader/probes/faults.cc), which costs the
+// fault path nothing; on_page_fault_user is loaded only for --cgroup and --all, whose slots have
+// no process list, and counts only tasks that are no tgid target. Kernels up to at least 6.18
+// have no tracepoint for a huge-page fault (huge_memory:* covers khugepaged only), so a THP fault
+// is counted where its folio is allocated: kmem:mm_page_alloc of PMD order in the target's own
 // context (khugepaged collapses run in a kernel thread and are not counted).
 // clang-format off
 #include "vmlinux.h"  // first: the types every header below uses
@@ -25,7 +28,7 @@ BPFTRAIN_COUNTS_MAP(struct fault_counts);
 SEC("tp_btf/page_fault_user")
 int BPF_PROG(on_page_fault_user, unsigned long address, struct pt_regs* regs,
              unsigned long error_code) {
-  struct fault_counts* c = slotCounts(&counts, currentSlot());
+  struct fault_counts* c = slotCounts(&counts, currentSlotBesideTgids());
   if (c) c->page_faults++;
   return 0;
 }

@@ -7,7 +7,7 @@
 #endif
 
 struct fault_counts {
-  __u64 page_faults; /* exceptions:page_fault_user */
+  __u64 page_faults; /* exceptions:page_fault_user of --cgroup/--all slots only */
   __u64 thp_faults;  /* PMD-order page allocations in the target's own (user) context */
 };
 

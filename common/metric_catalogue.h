@@ -178,7 +178,8 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "tp_btf tlb:tlb_flush",                                                                        \
     "TLB flushes and shootdowns on a rank's CPUs, by reason (munmap, mprotect, IPIs)")            \
   X(kPageFaults, "bpftrain_page_faults", kCounter, "faults", "job rank",                           \
-    "tp_btf exceptions:page_fault_user", "User page faults of a rank")                            \
+    "/proc/PID/stat minflt+majflt (--cgroup/--all: tp_btf exceptions:page_fault_user)",            \
+    "Page faults of a rank, minor and major, as the kernel accounts them to its processes")       \
   X(kThpFaults, "bpftrain_thp_faults", kCounter, "faults", "job rank",                             \
     "tp_btf kmem:mm_page_alloc (PMD order)",                                                       \
     "Huge-page allocations on a rank's faults: whether huge pages back the model")               \
@@ -260,8 +261,8 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
   X(kProbeRunSeconds, "bpftrain_probe_run_seconds", kCounter, "seconds", "probe", "bpf_stats",     \
     "CPU time a probe's BPF programs ran: the probes' cost to training")                          \
   X(kProbeEventsLost, "bpftrain_probe_events_lost", kCounter, "events", "probe", "loader",         \
-    "Events a probe could not deliver (ring buffer full; tcp: also sends on sockets its owner "  \
-    "map had no room for)")                                                                       \
+    "Events a probe could not deliver (ring buffer full; tcp: also sends on sockets whose owner " \
+    "storage the kernel could not allocate)")                                                     \
   X(kProbeTargetsDropped, "bpftrain_probe_targets_dropped", kCounter, "targets", "", "loader",     \
     "Processes not (fully) traced: target slots or maps full, a map update or USDT attach failed")                            \
   /* ---- NCCL plugins (plugins/nccl/): any NCCL job, in labelled-sample frames ---- */       \

@@ -37,9 +37,11 @@ struct {
   __type(value, __u64);
 } target_cache SEC(".maps");
 
-static __always_inline int lookupSlot(__u32 tgid, __u64 cgroup_id) {
+/* count_tgids false: a tgid target is no slot here (-1), for programs whose tgid targets user
+ * space counts another way (faults: /proc/PID/stat). */
+static __always_inline int lookupSlot(__u32 tgid, __u64 cgroup_id, bool count_tgids) {
   __u32* slot = bpf_map_lookup_elem(&target_tgids, &tgid);
-  if (slot) return *slot;
+  if (slot) return count_tgids ? (int)*slot : -1;
   if (target_by_cgroup) {
     slot = bpf_map_lookup_elem(&target_cgroups, &cgroup_id);
     if (slot) return *slot;
@@ -51,7 +53,7 @@ static __always_inline int slotOfIds(__u32 tgid, __u64 cgroup_id) {
   if (tgid == 0) /* idle and interrupt context */
     return -1;
   /* A cgroup can gain a process without a generation bump; tgids above 2^23 are not cached. */
-  if (target_by_cgroup || tgid >= (1u << 23)) return lookupSlot(tgid, cgroup_id);
+  if (target_by_cgroup || tgid >= (1u << 23)) return lookupSlot(tgid, cgroup_id, true);
   __u32 zero = 0;
   __u64* memo = bpf_map_lookup_elem(&target_cache, &zero);
   const __u64 generation = targets_generation;
@@ -60,7 +62,7 @@ static __always_inline int slotOfIds(__u32 tgid, __u64 cgroup_id) {
     if ((entry & 0x7fffff) == tgid && (entry >> 32) == generation)
       return (int)((entry >> 23) & 0x1ff) - 1;
   }
-  int found = lookupSlot(tgid, cgroup_id);
+  int found = lookupSlot(tgid, cgroup_id, true);
   if (memo) *memo = (generation << 32) | ((__u64)(found + 1) << 23) | tgid;
   return found;
 }
@@ -69,6 +71,15 @@ static __always_inline int slotOfIds(__u32 tgid, __u64 cgroup_id) {
 static __always_inline int currentSlot(void) {
   __u32 tgid = bpf_get_current_pid_tgid() >> 32;
   return slotOfIds(tgid, target_by_cgroup ? bpf_get_current_cgroup_id() : 0);
+}
+
+/* The slot of the running task unless it is a tgid target: a --cgroup's slot, --all's or -1. Not
+ * memoized: the object's other programs share its memo, which holds tgid targets' slots. */
+static __always_inline int currentSlotBesideTgids(void) {
+  __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+  if (tgid == 0) /* idle and interrupt context */
+    return -1;
+  return lookupSlot(tgid, target_by_cgroup ? bpf_get_current_cgroup_id() : 0, false);
 }
 
 /* The slot of another task (BTF pointer from a tp_btf argument). */

@@ -32,6 +32,8 @@ Status ProbeObject::attach(size_t, const ProbeDef& def) {
 
 Status ProbeObject::attachTarget(uint32_t, std::vector<LinkPtr>&) { return {}; }
 
+void ProbeObject::detachTarget(uint32_t, uint32_t) {}
+
 Status ProbeObject::consume(SampleSink&) { return {}; }
 
 void ProbeObject::releaseSlot(uint32_t) {}

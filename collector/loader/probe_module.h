@@ -136,6 +136,9 @@ class ProbeObject {
   virtual Status attach(size_t probe, const ProbeDef& def);
   // Links for one target process (USDT probes live in the process's binary); by default none.
   virtual Status attachTarget(uint32_t tgid, std::vector<LinkPtr>& links);
+  // The process `tgid` left slot `slot`, which stays (a discovered rank's worker exited); a
+  // released slot is releaseSlot's. By default nothing.
+  virtual void detachTarget(uint32_t slot, uint32_t tgid);
   // Drains the ring buffer into the sink; by default there is none.
   virtual Status consume(SampleSink& sink);
   // A slot was released: forget what was cached for it (series ids).

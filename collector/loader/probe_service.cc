@@ -292,9 +292,12 @@ void ProbeServiceImpl::attachProbes() {
       markDown(probe, status.message());
       continue;
     }
+    // Programs left out of the load (faults' page-fault program without --cgroup or --all) have
+    // no run time to read.
     for (std::string_view name : probe.def->programs)
       if (const bpf_program* prog =
-              bpf_object__find_program_by_name(object->object(), std::string(name).c_str()))
+              bpf_object__find_program_by_name(object->object(), std::string(name).c_str());
+          prog && bpf_program__fd(prog) >= 0)
         probe.programs.push_back(prog);
     probe.up = true;
     probe.reason.clear();
@@ -493,6 +496,8 @@ void ProbeServiceImpl::removeTgid(size_t index, uint32_t tgid) {
   if (!status.ok() && status.err() != ENOENT)
     dropTarget("pid " + std::to_string(tgid) + " may still count as " + slot.key, status);
   slot.target_links.erase(tgid);
+  for (auto& loaded : loaded_)
+    if (loaded.object) loaded.object->detachTarget(static_cast<uint32_t>(index), tgid);
 }
 
 // The slot's processes change, its counters and series stay: what a leaving process counted

@@ -24,10 +24,7 @@ struct ProbeOptions {
   // Tuning (the defaults are what the collector wants):
   bool bpf_stats = true;                        // export probe run time (BPF_ENABLE_STATS)
   uint64_t tcp_sample_interval_ns = 1'000'000;  // at most one queue-depth sample per socket per ms
-  // Live target sockets the tcp probe can follow at once; 0: the object's own (16,384). Sends on
-  // sockets beyond it count as the probe's lost events. Tests shrink it.
-  uint32_t tcp_owner_capacity = 0;
-  uint64_t pmu_sample_period = 10'000;  // PMU events per BPF run (where a PMU exists)
+  uint64_t pmu_sample_period = 10'000;          // PMU events per BPF run (where a PMU exists)
   std::string rdma_sysfs_root = "/sys/class/infiniband";  // RDMA port counters (tests: a fixture)
   // Bytes of each ring buffer (a power of 2, at least a page); 0: the object's own (1 MiB). Tests
   // shrink it to fill a ring and check that every event lost is counted.

@@ -4,7 +4,10 @@
 // probes attached (all of them, targeting this process), no tracing again (A', the A/A noise
 // floor), and a bpftrace one-liner counting the same tracepoint per pid. Prints median CPU and
 // wall times as ratios to A, and per probe its BPF run time per event against the empty
-// program's on the same tracepoint in the same run (bpf_stats, on for the whole run).
+// program's on the same tracepoint in the same run (bpf_stats, on for the whole run); --variants
+// prices only ways to find a task's slot (slotVariants). page_faults
+// of a process target has no program (the collector reads /proc/PID/stat): its line shows the
+// empty program a per-fault program would cost at least, and the read's own cost is printed.
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <fcntl.h>
@@ -12,6 +15,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,7 +100,7 @@ struct ProbeFloor {
 
 struct Workload {
   std::string name;
-  std::string probe;               // our probe that sees its events (the ns/event columns)
+  std::string probe;               // our program that sees its events (the ns/event columns)
   std::vector<ProbeFloor> floors;  // the probes priced against empty programs
   std::string bpftrace;            // the comparison one-liner
   std::function<int64_t()> run;    // returns the number of workload events (for per-event cost)
@@ -191,11 +195,62 @@ class Bpftrace {
   ProgStats baseline_;
 };
 
+// --variants: ways to find the running task's slot (bpf/bench_empty.bpf.c), each with a counter,
+// on page_fault_user during the fault storm, against the empty program there, interleaved, with
+// this thread a target (slot 1) and then not.
+int slotVariants(bench_empty_bpf* empty, int reps, int scale) {
+  const uint32_t tgid = static_cast<uint32_t>(getpid()), slot = 1;
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, getpid(), 0));  // this (main) thread
+  if (pidfd < 0) {
+    std::fprintf(stderr, "pidfd_open: %s\n", std::strerror(errno));
+    return 1;
+  }
+  const int tgids = bpf_map__fd(empty->maps.target_tgids);
+  const int tasks = bpf_map__fd(empty->maps.task_slots);
+  bpf_program* const progs[] = {empty->progs.empty_page_fault_user, empty->progs.slot_memo,
+                                empty->progs.slot_task_storage};
+  std::printf("%-20s %-8s %10s %10s %8s\n", "variant", "task", "runs", "ns/run", "x empty");
+  for (const bool target : {true, false}) {
+    if (target) {
+      bpf_map_update_elem(tgids, &tgid, &slot, BPF_ANY);
+      bpf_map_update_elem(tasks, &pidfd, &slot, BPF_ANY);
+    } else {
+      bpf_map_delete_elem(tgids, &tgid);
+      bpf_map_delete_elem(tasks, &pidfd);
+    }
+    ++empty->data_targets->targets_generation;  // the memo looks again
+    ProgStats sum[3];
+    for (int r = 0; r < reps; ++r)
+      for (size_t v = 0; v < 3; ++v) {
+        bpf_link* link = bpf_program__attach(progs[v]);
+        if (!link) {
+          std::fprintf(stderr, "cannot attach %s\n", bpf_program__name(progs[v]));
+          return 1;
+        }
+        const ProgStats before = progStats(progs[v]);
+        for (int i = 0; i < 40 / scale; ++i) tests::bpf::touchFreshPages(10000);
+        const ProgStats after = progStats(progs[v]);
+        bpf_link__destroy(link);
+        sum[v].run_ns += after.run_ns - before.run_ns;
+        sum[v].run_cnt += after.run_cnt - before.run_cnt;
+      }
+    auto per = [&](size_t v) {
+      return sum[v].run_cnt ? double(sum[v].run_ns) / sum[v].run_cnt : 0;
+    };
+    for (size_t v = 0; v < 3; ++v)
+      std::printf("%-20s %-8s %10llu %10.1f %8.2f\n", bpf_program__name(progs[v]),
+                  target ? "target" : "other", static_cast<unsigned long long>(sum[v].run_cnt),
+                  per(v), per(0) > 0 ? per(v) / per(0) : 0.0);
+  }
+  close(pidfd);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 5;
-  bool quick = false, with_bpftrace = true, verbose = false, stats = true;
+  bool quick = false, with_bpftrace = true, verbose = false, stats = true, variants = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
@@ -205,11 +260,14 @@ int main(int argc, char** argv) {
       verbose = true;
     else if (!std::strcmp(argv[i], "--no-stats"))
       stats = false;
+    else if (!std::strcmp(argv[i], "--variants"))
+      variants = true;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: %s [--reps N] [--quick] [--no-bpftrace] [--verbose] [--no-stats]\n",
+                   "usage: %s [--reps N] [--quick] [--no-bpftrace] [--verbose] [--no-stats] "
+                   "[--variants]\n",
                    argv[0]);
       return 2;
     }
@@ -236,6 +294,12 @@ int main(int argc, char** argv) {
                  std::strerror(errno));
     return 1;
   }
+  if (variants) {
+    const int status = slotVariants(empty, reps, scale);
+    bench_empty_bpf__destroy(empty);
+    if (stats_fd >= 0) close(stats_fd);
+    return status;
+  }
   const ProbeFloor kFaultPath[] = {{"page_faults", {"empty_page_fault_user"}},
                                    {"thp_faults", {"empty_mm_page_alloc"}},
                                    {"tlb_flush", {"empty_tlb_flush"}}};
@@ -254,7 +318,7 @@ int main(int argc, char** argv) {
        },
        [] { tests::bpf::migrateSelf(2); }},
       {"page-fault storm",
-       "page_faults",
+       "thp_faults",  // the fault path's one program (page_faults of a process: /proc)
        {std::begin(kFaultPath), std::end(kFaultPath)},
        "tracepoint:exceptions:page_fault_user { @[pid] = count(); }",
        [&] {
@@ -265,14 +329,12 @@ int main(int argc, char** argv) {
        [] { tests::bpf::touchFreshPages(4); }},
       {"TCP loopback stream",
        "tcp",
-       {{"tcp",
-         {"empty_tcp_sendmsg_locked", "empty_tcp_probe", "empty_tcp_retransmit_skb",
-          "empty_tcp_destroy_sock"}}},
+       {{"tcp", {"empty_tcp_sendmsg_locked", "empty_tcp_probe", "empty_tcp_retransmit_skb"}}},
        "tracepoint:tcp:tcp_probe { @[pid] = count(); }",
        [&] { return tcpStream((512LL << 20) / scale) / (64 << 10); },  // events: 64 KiB writes
        [] { tcpStream(1 << 20); }},
       {"training-like",
-       "page_faults",
+       "thp_faults",
        {std::begin(kFaultPath), std::end(kFaultPath)},
        "tracepoint:exceptions:page_fault_user { @[pid] = count(); }",
        [&] {
@@ -450,8 +512,27 @@ int main(int argc, char** argv) {
   for (const auto& f : floor_lines) {
     const double p = f.probe_runs ? f.probe_ns / f.probe_runs : 0;
     const double e = f.empty_runs ? f.empty_ns / f.empty_runs : 0;
-    std::printf("%-20s %-12s %10.0f %10.1f %10.1f %8.2f\n", f.workload.c_str(), f.probe.c_str(),
-                f.probe_runs, p, e, e > 0 ? p / e : 0.0);
+    if (f.probe_runs == 0)  // page_faults of a process target: read from /proc, no program
+      std::printf("%-20s %-12s %10s %10s %10.1f %8s\n", f.workload.c_str(), f.probe.c_str(), "0",
+                  "-", e, "none");
+    else
+      std::printf("%-20s %-12s %10.0f %10.1f %10.1f %8.2f\n", f.workload.c_str(), f.probe.c_str(),
+                  f.probe_runs, p, e, e > 0 ? p / e : 0.0);
+  }
+  // What page_faults costs instead: the collector reads each target process's /proc/PID/stat
+  // once per step. This process's, as often as the timing needs.
+  {
+    constexpr int kReads = 2000;
+    const int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    char buf[1024];
+    ssize_t got = 0;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kReads && fd >= 0; ++i) got += pread(fd, buf, sizeof(buf), 0);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / kReads;
+    if (fd >= 0) close(fd);
+    if (got > 0)
+      std::printf("page_faults from /proc/PID/stat: %.1f us per process per step (%d reads)\n", us,
+                  kReads);
   }
   std::printf(
       "goals: page-fault storm ours cpu x <= 1.03, training-like <= 1.01, each probe <= 1.50 x "

@@ -1,7 +1,24 @@
-// faults: user page faults and THP faults (PMD-order page allocations in the target's context).
-// The PMD order comes from sysfs; without THP in the kernel the thp_faults probe is down.
-#include "bpf/faults.h"
+// faults: page faults and THP faults (PMD-order page allocations in the target's context).
+// A process target's page faults come from /proc/PID/stat (minflt + majflt), read each step for
+// the processes the module learned in attachTarget(): a BPF program on every fault cost the fault
+// path an extra ~140 ns per fault with bpf_stats (docs/probes.md, "Cheap probes"), the read costs
+// the collector a few microseconds per process per step and the faulting process nothing. Only
+// --cgroup and --all slots, which have no process list, still count with the page_fault_user
+// program, which is loaded only then and skips tgid targets. The PMD order comes from sysfs;
+// without THP in the kernel the thp_faults probe is down.
+#include "collector/loader/probes/faults.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bpf/faults.h"
 #include "collector/loader/host_facts.h"
 #include "collector/loader/probe_module.h"
 #include "faults.skel.h"
@@ -12,24 +29,147 @@ namespace {
 enum : size_t { kPageFaults, kThpFaults };
 
 const ProbeDef kProbes[] = {
-    {"page_faults", {"on_page_fault_user"}, "tp_btf exceptions:page_fault_user"},
+    {"page_faults",
+     {"on_page_fault_user"},
+     "/proc/PID/stat minflt+majflt; tp_btf exceptions:page_fault_user for --cgroup/--all"},
     {"thp_faults", {"on_page_alloc"}, "tp_btf kmem:mm_page_alloc (PMD order)"},
 };
 
-Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
-  auto rodata = [&](faults_bpf* skel) {
-    const uint32_t thp_order = thpOrder();
-    skel->rodata->thp_order = thp_order ? thp_order : 255;  // 255: no allocation has that order
-    if (thp_order == 0)
-      notes.markDown(kThpFaults, "transparent huge pages are not configured in this kernel");
+// The process's fault count from its open stat file (pread at 0 makes the kernel write it anew).
+// nullopt once the process has been reaped: the open file refers to it, never to a reused pid.
+std::optional<uint64_t> readFaults(const UniqueFd& fd) {
+  char buf[1024];
+  const ssize_t n = ::pread(fd.get(), buf, sizeof(buf), 0);
+  if (n <= 0) return std::nullopt;
+  return parseStatFaults(std::string_view(buf, static_cast<size_t>(n)));
+}
+
+class Object final : public ProbeObject {
+ public:
+  Object(const HashMap<uint32_t, uint32_t>& target_tgids, bool fault_program)
+      : target_tgids_(target_tgids), fault_program_(fault_program) {}
+
+  Status attach(size_t probe, const ProbeDef& def) override {
+    if (probe != kPageFaults || fault_program_) BPFTRAIN_TRY(ProbeObject::attach(probe, def));
+    if (probe == kPageFaults) from_proc_ = true;
+    return {};
+  }
+
+  // The service has just put `tgid` in the target map; its value is the slot (the first sender's
+  // when several announce the same process). Faults from now on count.
+  Status attachTarget(uint32_t tgid, std::vector<LinkPtr>&) override {
+    uint32_t slot = 0;
+    if (!from_proc_ || !target_tgids_.lookup(tgid, slot).ok()) return {};
+    std::vector<Process>& processes = slots_[slot].processes;
+    for (const Process& p : processes)
+      if (p.tgid == tgid) return {};
+    const std::string path = "/proc/" + std::to_string(tgid) + "/stat";
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid() && errno != ENOENT && errno != ESRCH)  // hidepid, a foreign /proc mount
+      return Status::error("page_faults cannot read " + path + ": " + std::strerror(errno));
+    const std::optional<uint64_t> faults = fd.valid() ? readFaults(fd) : std::nullopt;
+    if (!faults) return {};  // gone already: its slot goes when its sender does
+    processes.push_back({tgid, std::move(fd), *faults});
+    return {};
+  }
+
+  // A process leaves a slot that stays: what it faulted since the last step still counts.
+  void detachTarget(uint32_t slot, uint32_t tgid) override {
+    auto it = slots_.find(slot);
+    if (it == slots_.end()) return;
+    std::vector<Process>& processes = it->second.processes;
+    for (auto p = processes.begin(); p != processes.end(); ++p) {
+      if (p->tgid != tgid) continue;
+      if (const auto now = readFaults(p->fd); now && *now > p->faults)
+        it->second.pending += *now - p->faults;
+      processes.erase(p);
+      return;
+    }
+  }
+
+  Status consume(SampleSink& sink) override {
+    for (auto& [slot, state] : slots_) {
+      if (!sink.live(slot)) continue;
+      uint64_t delta = std::exchange(state.pending, 0);
+      for (auto p = state.processes.begin(); p != state.processes.end();) {
+        const std::optional<uint64_t> now = readFaults(p->fd);
+        if (!now) {  // exited and reaped since the last step: those last faults are not seen
+          p = state.processes.erase(p);
+          continue;
+        }
+        if (*now > p->faults) delta += *now - p->faults;
+        p->faults = *now;
+        ++p;
+      }
+      if (state.id == window::kRejectedSeries - 1)
+        state.id = sink.series(slot, metrics::kPageFaults, {}, {});
+      if (delta > 0) sink.record(state.id, static_cast<double>(delta));
+    }
+    return {};
+  }
+
+  void releaseSlot(uint32_t slot) override { slots_.erase(slot); }
+
+ private:
+  struct Process {
+    uint32_t tgid = 0;
+    UniqueFd fd;  // /proc/PID/stat, held open so that a reused pid is never read
+    uint64_t faults = 0;
   };
-  return loadObject<fault_counts>(
-      BPFTRAIN_SKELETON(faults), kProbes, env, notes,
+  struct SlotFaults {
+    std::vector<Process> processes;
+    uint64_t pending = 0;  // faults of processes that left the slot since the last step
+    window::SeriesId id = window::kRejectedSeries - 1;  // unset
+  };
+
+  const HashMap<uint32_t, uint32_t>& target_tgids_;
+  const bool fault_program_;  // --cgroup or --all: their slots count with the BPF program
+  bool from_proc_ = false;    // page_faults attached: read the targets' stat files
+  std::map<uint32_t, SlotFaults> slots_;
+};
+
+Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
+  const bool fault_program = env.options.all_processes || !env.options.cgroups.empty();
+  auto object = std::make_unique<Object>(env.target_tgids, fault_program);
+  faults_bpf* skel = nullptr;
+  BPFTRAIN_TRY(object->openAndLoad<fault_counts>(
+      skel, BPFTRAIN_SKELETON(faults), kProbes, env, notes,
       {{kPageFaults, &metrics::kPageFaults, "", ""}, {kThpFaults, &metrics::kThpFaults, "", ""}},
-      rodata);
+      [&](faults_bpf* s) {
+        const uint32_t thp_order = thpOrder();
+        s->rodata->thp_order = thp_order ? thp_order : 255;  // 255: no allocation has that order
+        if (thp_order == 0)
+          notes.markDown(kThpFaults, "transparent huge pages are not configured in this kernel");
+        // Without --cgroup and --all every slot is a process list: no program on the fault path.
+        if (!fault_program) bpf_program__set_autoload(s->progs.on_page_fault_user, false);
+      }));
+  return std::unique_ptr<ProbeObject>(std::move(object));
 }
 
 }  // namespace
+
+std::optional<uint64_t> parseStatFaults(std::string_view stat) {
+  const size_t comm_end = stat.rfind(')');
+  if (comm_end == std::string_view::npos) return std::nullopt;
+  std::string_view rest = stat.substr(comm_end + 1);
+  // Fields after the command: state(3) ppid pgrp session tty_nr tpgid flags minflt(10) cminflt
+  // majflt(12).
+  uint64_t minflt = 0, majflt = 0;
+  for (int field = 3; field <= 12; ++field) {
+    const size_t start = rest.find_first_not_of(' ');
+    if (start == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(start);
+    const size_t end = std::min(rest.find(' '), rest.size());
+    if (field == 10 || field == 12) {
+      uint64_t value = 0;
+      const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + end, value);
+      if (ec != std::errc() || ptr != rest.data() + end) return std::nullopt;
+      (field == 10 ? minflt : majflt) = value;
+    }
+    rest.remove_prefix(end);
+  }
+  return minflt + majflt;
+}
 
 BPFTRAIN_PROBE_MODULE(kProbes, load)
 

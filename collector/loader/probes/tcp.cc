@@ -2,8 +2,8 @@
 // buffer of per-socket samples (at most one per socket per sample interval, a rodata setting)
 // that become the queued-bytes, in-flight-bytes and RTT distributions, per rank and per link:
 // `link` says whether the peer is on the same host or another one, `peer_node` which host. Its
-// lost events: ring records it could not deliver, and sends on sockets its owner map (one entry
-// per live target socket, ProbeOptions::tcp_owner_capacity) had no room for.
+// lost events: ring records it could not deliver, and sends on sockets whose owner storage the
+// kernel could not allocate.
 #include "bpf/tcp.h"
 
 #include <array>
@@ -63,16 +63,13 @@ class Object final : public RingProbeObject<tcp_sample, 1> {
 
 const ProbeDef kProbes[] = {
     {"tcp",
-     {"on_tcp_sendmsg", "on_tcp_probe", "on_tcp_retransmit", "on_tcp_destroy"},
+     {"on_tcp_sendmsg", "on_tcp_probe", "on_tcp_retransmit"},
      "tp_btf tcp:tcp_sendmsg_locked, tcp:tcp_probe, tcp:tcp_retransmit_skb"},
 };
 
 Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
   auto rodata = [&](tcp_bpf* skel) {
     skel->rodata->sample_interval_ns = env.options.tcp_sample_interval_ns;
-    // Only before load; a failure leaves the compiled-in capacity (and load reports the rest).
-    if (env.options.tcp_owner_capacity > 0)
-      bpf_map__set_max_entries(skel->maps.owners, env.options.tcp_owner_capacity);
   };
   // tcp_counts.retransmits, tcp_counts.samples
   return loadObject<tcp_counts, Object>(BPFTRAIN_SKELETON(tcp), kProbes, env, notes,
