@@ -113,6 +113,16 @@ bool BanditPolicy::linkChange(const Features& f, size_t cur) {
   return true;
 }
 
+// Ring and halving-doubling move same-host gradients over TCP (lo), hierarchical through
+// shared memory: a flat topology's same-host RTT over the rules' threshold names the arm to try
+// first (on netlab the throttled ring's same-host median was 9.6-24 ms, 1-3.5 ms clear).
+bool BanditPolicy::sameHostCongested(const Features& f, size_t cur) const {
+  static const RulesConfig kRules;
+  const LinkSignals& ls = f.links[int(Link::kSameHost)];
+  return config_.arms[cur].topology != Topology::kHierarchical && f.has_links && ls.seen &&
+         stint_steps_ >= 3 && ls.rtt_p50_s >= kRules.same_host_rtt_p50_high_s;
+}
+
 double BanditPolicy::incumbentLevel(size_t cur) const {
   return stats_[cur].n > 0 ? meanReward(cur) : stint_mean_;
 }
@@ -229,6 +239,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     // level is the latest reading.
     ++changes_detected_;
     reexploring_ = true;
+    same_host_congested_ = sameHostCongested(f, size_t(cur));
     origin_arm_ = cur;
     reprobe_ = config_.reprobe_steps;
     const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
@@ -298,7 +309,13 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   double candidate_index = -std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < stats_.size(); ++i) {
     double idx = index(i, total_n, scale);
-    if (idx > candidate_index) {
+    // Among untried arms after a change, hierarchical first when the same-host links were
+    // congested.
+    const bool preferred = reexploring_ && same_host_congested_ && std::isinf(idx) &&
+                           std::isinf(candidate_index) &&
+                           config_.arms[i].topology == Topology::kHierarchical &&
+                           config_.arms[candidate].topology != Topology::kHierarchical;
+    if (idx > candidate_index || preferred) {
       candidate_index = idx;
       candidate = i;
     }
@@ -309,7 +326,11 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   const bool untried = std::isinf(candidate_index);
   if (!untried) reexploring_ = false;
   const bool reference_ready = reexploring_ || stint_obs_ >= 2 * trial_steps;
-  const double needed = reexploring_ && untried ? std::min(cost, config_.bank_steps)
+  // After a change a trial may start on what its first verdict costs (settling and one
+  // reading): a slow arm ends there, and in a slow phase's long steps (1.4-2 s throttled) a
+  // whole trial's price would leave the next arm untried.
+  const double first_verdict = settle_steps + per_step_;
+  const double needed = reexploring_ && untried ? std::min(first_verdict, config_.bank_steps)
                         : untried ? std::min(cost + config_.reserve_steps, config_.bank_steps)
                         : steps_ - last_move_step_ >= config_.revisit_steps
                             ? config_.bank_steps - 1e-9

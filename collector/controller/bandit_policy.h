@@ -114,6 +114,7 @@ class BanditPolicy final : public Policy {
   void observe(size_t arm, double reward);
   bool pageHinkley(double reward);
   bool linkChange(const Features& f, size_t cur);
+  bool sameHostCongested(const Features& f, size_t cur) const;
   void resetStint();
   double index(size_t arm, double total_n, double scale) const;
   double incumbentLevel(size_t cur) const;
@@ -148,6 +149,9 @@ class BanditPolicy final : public Policy {
   int left_origin_step_ = 0;
   int last_move_step_ = 0;
   bool link_changed_ = false;  // the last change was seen on the links (this step)
+  // The change was seen with a flat topology's same-host links congested: re-explore the arms
+  // that keep same-host gradients off TCP (hierarchical) first.
+  bool same_host_congested_ = false;
 };
 
 }  // namespace bpftrain::collector::controller

@@ -368,6 +368,31 @@ TEST(BanditPolicy, ASlowTrialIsAbandonedAfterItsFirstReading) {
   EXPECT_EQ(p.trialsAbandoned(), 1);
 }
 
+// The bench's rep where halving-doubling had won the clear phase when lo was throttled: both
+// flat algorithms then crawl (ring 0.76, halving-doubling 0.9 steps/s) and only hierarchical
+// keeps same-host gradients off TCP. The same-host RTT the flat topology shows says which arm
+// to try first, and a slow phase's long steps must not spend the bank on the ring before it.
+TEST(BanditPolicy, SameHostCongestionOnAFlatTopologyTriesHierarchicalFirst) {
+  using T = Topology;
+  std::vector<SimPhase> ph = {
+      {25, {{T::kRing, 3.04}, {T::kHierarchical, 2.54}, {T::kHalvingDoubling, 3.4}}},
+      {60, {{T::kRing, 0.76}, {T::kHierarchical, 2.52}, {T::kHalvingDoubling, 0.9}}, 0.012, 0.0015},
+  };
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    BanditPolicy p;
+    SimResult r = simulate(p, ph, seed);
+    double first_hierarchical = -1;
+    for (const auto& [t, d] : r.decisions)
+      if (t >= 25 && d.to.topology == T::kHierarchical && first_hierarchical < 0)
+        first_hierarchical = t;
+    std::printf("seed %u: hierarchical %.1f s after the throttle; throttled phase %.2f of it\n",
+                seed, first_hierarchical - 25, vsBestStatic(r, ph)[1]);
+    EXPECT_GE(first_hierarchical, 25) << "seed " << seed;
+    EXPECT_LE(first_hierarchical, 30) << "seed " << seed;
+    EXPECT_GE(vsBestStatic(r, ph)[1], 0.85) << "seed " << seed;
+  }
+}
+
 TEST(BanditPolicy, NoisySteadyClearLinksMakeNoDecisionsAfterStartUp) {
   // 80 s of one clear phase with +-12% step noise: after trying the arms once at start-up, no
   // phase change is detected, the ring is kept, and nothing moves for a minute (issue 9: steady
