@@ -11,9 +11,9 @@
 // steps <= budget_fraction x steps + bank_steps. A phase change is detected on the incumbent
 // only (never from a trial's readings): a two-sided Page-Hinkley test on its reward, or, on
 // the ring, a link class's RTT median crossing the rules' congestion threshold. The other arms'
-// estimates are then forgotten and re-tried, and the arm the change drove us from is re-probed
-// with a backoff (a higher rung can hide the congestion it avoids, so only a probe shows the
-// way back).
+// estimates are then forgotten and re-tried (hierarchical first when a flat topology's same-host
+// links were congested), and the arm the change drove us from is re-probed with a backoff (a
+// higher rung can hide the congestion it avoids, so only a probe shows the way back).
 #pragma once
 
 #include <optional>
