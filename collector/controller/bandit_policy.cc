@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "collector/controller/rules_policy.h"
+
 namespace bpftrain::collector::controller {
 
 BanditPolicy::BanditPolicy(BanditConfig config) : config_(std::move(config)) {
@@ -27,10 +29,13 @@ double BanditPolicy::meanReward(size_t arm) const {
   return s.n > 0 ? s.sum / s.n : 0;
 }
 
+// The greedy best among the arms whose estimate is current: the one running, and those played
+// within stale_steps (an older mean is from another phase and is re-measured, not exploited).
 size_t BanditPolicy::bestArm() const {
   size_t best = stats_.size();
   for (size_t i = 0; i < stats_.size(); ++i) {
     if (stats_[i].n <= 0) continue;
+    if (int(i) != stint_arm_ && steps_ - stats_[i].last_step > config_.stale_steps) continue;
     if (best == stats_.size() || meanReward(i) > meanReward(best)) best = i;
   }
   return best;  // stats_.size() when nothing was observed yet
@@ -50,6 +55,7 @@ void BanditPolicy::observe(size_t arm, double reward) {
   }
   stats_[arm].sum += reward;
   stats_[arm].n += 1;
+  stats_[arm].last_step = steps_;
 }
 
 void BanditPolicy::resetStint() {
@@ -57,13 +63,14 @@ void BanditPolicy::resetStint() {
   stint_obs_ = 0;
   stint_mean_ = 0;
   ph_up_ = ph_down_ = 0;
+  link_steps_ = 0;
+  link_clear_ = false;
 }
 
 // Two-sided Page-Hinkley on the reward relative to the stint's mean so far: alarms when the
 // cumulative deviation beyond the drift allowance exceeds lambda, either way.
 bool BanditPolicy::pageHinkley(double reward) {
   bool alarm = false;
-  ph_alarm_ = false;
   if (stint_obs_ > 0 && stint_mean_ > 0) {
     double dev = reward / stint_mean_ - 1;
     ph_up_ = std::max(0.0, ph_up_ + dev - config_.ph_delta);
@@ -71,10 +78,87 @@ bool BanditPolicy::pageHinkley(double reward) {
     alarm = stint_obs_ >= config_.ph_min_samples &&
             (ph_up_ > config_.ph_lambda || ph_down_ > config_.ph_lambda);
   }
-  ph_alarm_ = alarm;
   ++stint_obs_;
   stint_mean_ += (reward - stint_mean_) / stint_obs_;
   return alarm;
+}
+
+// The ring carries every link class's traffic in equal chunks, so its RTT medians show a
+// congested link directly (diagnosis.h); other topologies load links with their own pattern
+// (hierarchical's same-host sockets carry small control messages at 6-18 ms) and are not
+// judged. A change only once the stint's links were seen clear: a ring re-visited while the
+// congestion lasts is no news. The first window steps of a stint still hold the previous
+// topology's samples (1 s window).
+bool BanditPolicy::linkChange(const Features& f, size_t cur) {
+  if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
+      !f.has_links || stint_steps_ < 3)
+    return false;
+  static const RulesConfig kRules;
+  bool congested = false;
+  for (int l = 0; l < kLinkCount; ++l) {
+    const LinkSignals& ls = f.links[l];
+    const double high = Link(l) == Link::kSameHost ? kRules.same_host_rtt_p50_high_s
+                                                   : kRules.other_host_rtt_p50_high_s;
+    congested = congested || (ls.seen && ls.rtt_p50_s >= high);
+  }
+  if (!congested) {
+    link_steps_ = 0;
+    link_clear_ = true;
+    return false;
+  }
+  if (++link_steps_ < config_.link_change_steps || !link_clear_) return false;
+  if (!(f.samples_per_s > 0 && f.samples_per_s <= config_.link_change_fraction * stint_mean_))
+    return false;
+  link_clear_ = false;
+  return true;
+}
+
+// Ring and halving-doubling move same-host gradients over TCP (lo), hierarchical through
+// shared memory: a flat topology's same-host RTT over the rules' threshold names the arm to try
+// first (on netlab the throttled ring's same-host median was 9.6-24 ms, 1-3.5 ms clear).
+bool BanditPolicy::sameHostCongested(const Features& f, size_t cur) const {
+  static const RulesConfig kRules;
+  const LinkSignals& ls = f.links[int(Link::kSameHost)];
+  return config_.arms[cur].topology != Topology::kHierarchical && f.has_links && ls.seen &&
+         stint_steps_ >= 3 && ls.rtt_p50_s >= kRules.same_host_rtt_p50_high_s;
+}
+
+double BanditPolicy::incumbentLevel(size_t cur) const {
+  return stats_[cur].n > 0 ? meanReward(cur) : stint_mean_;
+}
+
+Decision BanditPolicy::move(size_t to, size_t cur, std::string_view reason, std::string detail,
+                            bool paid, bool reprobe) {
+  Decision d;
+  last_move_step_ = steps_;
+  d.change = true;
+  d.to = config_.arms[to];
+  d.reason = reason;
+  d.detail = std::move(detail);
+  trial_ = Trial{to, cur, incumbentLevel(cur), paid, reprobe};
+  return d;
+}
+
+void BanditPolicy::endTrial(bool kept) {
+  if (!trial_) return;
+  if (trial_->reprobe) {
+    if (kept) {
+      origin_arm_ = -1;  // the way back was found
+    } else {
+      reprobe_ = std::min(2 * reprobe_, config_.max_reprobe_steps);
+      left_origin_step_ = steps_;
+    }
+  } else if (kept && origin_arm_ >= 0 && size_t(origin_arm_) == trial_->from) {
+    left_origin_step_ = steps_;
+  }
+  if (kept) {
+    // A trial that wins was no loss: its arm was the better one from the move on.
+    tokens_ = std::min(config_.bank_steps, tokens_ + trial_->charged);
+    exploration_steps_ -= trial_->charged;
+  } else {
+    ++trials_abandoned_;
+  }
+  trial_.reset();
 }
 
 Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now_ns) {
@@ -87,6 +171,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   // training steps: a reading is only new once a step under the new configuration finished.
   const int64_t dt = last_now_ns_ > 0 && now_ns > last_now_ns_ ? now_ns - last_now_ns_ : 0;
   last_now_ns_ = now_ns;
+  if (dt > 0) step_ns_ = dt;
   if (dt > 0 && f.step_p50_s > 0)
     per_step_ = std::max(1, int(std::ceil(f.step_p50_s * 1e9 / double(dt))));
   const int settle_steps = config_.settle_steps * per_step_;
@@ -94,12 +179,23 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
 
   const int cur = armIndex(current);
   if (cur != stint_arm_) {
-    // The trainer runs something new (our decision, or someone else's): a new stint.
+    // The trainer runs something new (our decision, or someone else's): a new stint. An arm
+    // last played long ago is measured afresh.
     stint_arm_ = cur;
     resetStint();
+    if (cur >= 0 && stats_[cur].last_step >= 0 &&
+        steps_ - stats_[cur].last_step > config_.stale_steps)
+      stats_[cur] = ArmStats{};
   }
   ++stint_steps_;
-  if (exploring_) ++exploration_steps_;
+  // A trial that is not what runs was never applied (or someone else moved the job).
+  if (trial_ && int(trial_->arm) != cur) trial_.reset();
+  // Exploration is paid per window step spent on it: time, whatever the arm's step length.
+  if (trial_ && trial_->paid) {
+    ++exploration_steps_;
+    ++trial_->charged;
+    tokens_ -= 1;
+  }
   if (cur < 0) {
     // Not one of our arms: move to the greedy best, or the first arm, without charging budget.
     size_t best = bestArm();
@@ -107,36 +203,103 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     d.to = config_.arms[best < stats_.size() ? best : 0];
     d.reason = "exploit";
     d.detail = "current configuration is not an arm of the bandit";
-    exploring_ = false;
     return d;
   }
 
   bool changed = false;
+  const char* change_why = "";
   if (stint_steps_ > settle_steps && f.samples_per_s > 0) {
-    double reward = f.samples_per_s;
-    if (pageHinkley(reward) && steps_ <= config_.warmup_steps) {
-      // Start-up (first steps, caches, buffers) is not a phase change: restart the test.
-      resetStint();
-      stint_steps_ = settle_steps + 1;
-      pageHinkley(reward);
-    } else if (stint_obs_ > 1 && ph_alarm_) {
-      // The phase changed: what we know about the other arms is from the old phase.
-      ++changes_detected_;
-      changed = true;
-      reexploring_ = true;
-      for (ArmStats& s : stats_) s = ArmStats{};
-      resetStint();
-      stint_steps_ = settle_steps + 1;
-      pageHinkley(reward);
-      exploring_ = false;
-    }
+    const double reward = f.samples_per_s;
     observe(size_t(cur), reward);
+    if (trial_) {
+      // A trial's readings are judged against the incumbent, never as a phase change.
+      trial_->sum += reward;
+      ++trial_->n;
+      ++stint_obs_;
+      stint_mean_ += (reward - stint_mean_) / stint_obs_;
+    } else if (pageHinkley(reward)) {
+      if (steps_ <= config_.warmup_steps) {
+        // Start-up (first steps, caches, buffers) is not a phase change: restart the test.
+        resetStint();
+        stint_steps_ = settle_steps + 1;
+        pageHinkley(reward);
+      } else {
+        changed = true;
+        change_why = "throughput";
+      }
+    }
   }
-  // Every stint is measured for trial_steps before anything moves (the minimum dwell).
-  if (stint_obs_ < trial_steps && !changed) return d;
-  exploring_ = false;
+  link_changed_ = false;
+  if (!trial_ && !changed && linkChange(f, size_t(cur))) {
+    changed = link_changed_ = true;
+    change_why = "ring link RTT";
+  }
+  if (changed) {
+    // The phase changed: what we know about the other arms is from the old phase; this arm's
+    // level is the latest reading.
+    ++changes_detected_;
+    reexploring_ = true;
+    same_host_congested_ = sameHostCongested(f, size_t(cur));
+    origin_arm_ = cur;
+    reprobe_ = config_.reprobe_steps;
+    const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
+    for (ArmStats& s : stats_) s = ArmStats{};
+    resetStint();
+    stint_steps_ = settle_steps + 1;
+    if (level > 0) {
+      observe(size_t(cur), level);
+      pageHinkley(level);
+    }
+  }
 
+  char buf[256];
+  // The trial's verdict: abandoned at the first reading far below the incumbent, else kept or
+  // left after trial_steps readings.
+  if (trial_) {
+    if (trial_->n == 0) return d;  // settling
+    const double mean = trial_->sum / trial_->n;
+    const bool slow = mean <= config_.abandon_fraction * trial_->reference;
+    if (!slow && trial_->n < trial_steps) return d;
+    const bool better =
+        mean >= trial_->reference * (trial_->upper_bound ? 1 : 1 + config_.switch_margin);
+    if (better && mean < trial_->reference * (1 + config_.confirm_margin) &&
+        trial_->n < 2 * trial_steps)
+      return d;  // better, but not by enough to tell from noise yet
+    if (!slow && better) {
+      endTrial(true);  // the trial arm is the incumbent now
+      return d;
+    }
+    const size_t back = trial_->from;
+    std::snprintf(buf, sizeof buf, "%s at %.1f samples/s over %d readings against %s at %.1f%s",
+                  armName(current).c_str(), mean, trial_->n, armName(config_.arms[back]).c_str(),
+                  trial_->reference, slow ? ": abandoned" : "");
+    endTrial(false);
+    last_move_step_ = steps_;
+    d.change = true;
+    d.to = config_.arms[back];
+    d.reason = "probe_slower";
+    d.detail = buf;
+    return d;
+  }
+  // Exploit against the incumbent's level now, the trials' reference: a trial that lost to a
+  // level the incumbent no longer holds (a change seen on the links before throughput) is won
+  // on the next look. By confirm_margin, so that a trial lost by a little and the incumbent's
+  // noise do not alternate; before the minimum dwell only when the incumbent is as decisively
+  // slower as an abandoned trial.
   size_t best = bestArm();
+  const double level = incumbentLevel(size_t(cur));
+  if (stint_obs_ > 0 && best < stats_.size() && best != size_t(cur) &&
+      meanReward(best) > level * (1 + config_.confirm_margin) &&
+      (stint_obs_ >= trial_steps || level <= config_.abandon_fraction * meanReward(best))) {
+    std::snprintf(buf, sizeof buf, "%s at %.1f samples/s beats %s at %.1f",
+                  armName(config_.arms[best]).c_str(), meanReward(best), armName(current).c_str(),
+                  level);
+    return move(best, size_t(cur), "exploit", buf, false, false);
+  }
+  // Every stint is measured for trial_steps before anything moves (the minimum dwell), and
+  // twice that before a trial is judged against it, unless a change makes haste worth it.
+  if (stint_obs_ < trial_steps && !changed) return d;
+
   double total_n = 0, scale = 0;
   for (size_t i = 0; i < stats_.size(); ++i) {
     total_n += stats_[i].n;
@@ -146,47 +309,54 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   double candidate_index = -std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < stats_.size(); ++i) {
     double idx = index(i, total_n, scale);
-    if (idx > candidate_index) {
+    // Among untried arms after a change, hierarchical first when the same-host links were
+    // congested.
+    const bool preferred = reexploring_ && same_host_congested_ && std::isinf(idx) &&
+                           std::isinf(candidate_index) &&
+                           config_.arms[i].topology == Topology::kHierarchical &&
+                           config_.arms[candidate].topology != Topology::kHierarchical;
+    if (idx > candidate_index || preferred) {
       candidate_index = idx;
       candidate = i;
     }
   }
   const double cost = settle_steps + trial_steps;
-  char buf[256];
-  // Untried arms and re-exploration after a change may spend the whole bank; routine re-visits
-  // of known arms only a full one.
-  // After a change: whatever the bank holds. Untried arms otherwise: keep the reserve.
+  // Untried arms after a change may spend whatever the bank holds; untried arms otherwise keep
+  // the reserve; routine re-visits of known arms wait for a full bank and revisit_steps.
   const bool untried = std::isinf(candidate_index);
   if (!untried) reexploring_ = false;
-  const double needed = reexploring_ && untried ? std::min(cost, config_.bank_steps)
+  const bool reference_ready = reexploring_ || stint_obs_ >= 2 * trial_steps;
+  // After a change a trial may start on what its first verdict costs (settling and one
+  // reading): a slow arm ends there, and in a slow phase's long steps (1.4-2 s throttled) a
+  // whole trial's price would leave the next arm untried.
+  const double first_verdict = settle_steps + per_step_;
+  const double needed = reexploring_ && untried ? std::min(first_verdict, config_.bank_steps)
                         : untried ? std::min(cost + config_.reserve_steps, config_.bank_steps)
-                                  : config_.bank_steps - 1e-9;
-  if (candidate != best && size_t(cur) != candidate &&
+                        : steps_ - last_move_step_ >= config_.revisit_steps
+                            ? config_.bank_steps - 1e-9
+                            : std::numeric_limits<double>::infinity();
+  if (reference_ready && candidate != best && size_t(cur) != candidate &&
       candidate_index > index(best, total_n, scale) && tokens_ >= needed) {
-    tokens_ -= cost;
-    exploring_ = true;
-    d.change = true;
-    d.to = config_.arms[candidate];
-    d.reason = changed ? "change_detected" : "explore";
-    if (std::isinf(candidate_index))
-      std::snprintf(buf, sizeof buf, "untried arm; best %s at %.1f samples/s; tokens %.2f",
-                    armName(config_.arms[best]).c_str(), meanReward(best), tokens_);
+    if (untried)
+      std::snprintf(buf, sizeof buf, "untried arm; %s at %.1f samples/s; tokens %.2f",
+                    armName(current).c_str(), level, tokens_);
     else
       std::snprintf(buf, sizeof buf, "ucb %.1f > best %s at %.1f samples/s; tokens %.2f",
                     candidate_index, armName(config_.arms[best]).c_str(), meanReward(best),
                     tokens_);
-    d.detail = buf;
+    std::string detail = changed ? std::string(change_why) + " change; " + buf : buf;
+    d = move(candidate, size_t(cur), changed ? "change_detected" : "explore", detail, true, false);
+    trial_->upper_bound = changed && link_changed_;
     return d;
   }
-  if (best < stats_.size() && best != size_t(cur) &&
-      meanReward(best) > meanReward(size_t(cur)) * (1 + config_.switch_margin)) {
-    d.change = true;
-    d.to = config_.arms[best];
-    d.reason = "exploit";
-    std::snprintf(buf, sizeof buf, "%s at %.1f samples/s beats %s at %.1f",
-                  armName(config_.arms[best]).c_str(), meanReward(best), armName(current).c_str(),
-                  meanReward(size_t(cur)));
-    d.detail = buf;
+  // The way back: the arm a change drove us from, re-probed with a backoff.
+  if (origin_arm_ >= 0 && origin_arm_ != cur && !reexploring_ && reference_ready &&
+      steps_ - left_origin_step_ >= reprobe_ && tokens_ >= std::min(cost, config_.bank_steps)) {
+    std::snprintf(buf, sizeof buf, "re-probe %s after %.1fs on %s at %.1f samples/s; tokens %.2f",
+                  armName(config_.arms[origin_arm_]).c_str(),
+                  double(steps_ - left_origin_step_) * double(step_ns_) * 1e-9,
+                  armName(current).c_str(), level, tokens_);
+    return move(size_t(origin_arm_), size_t(cur), "explore", buf, true, true);
   }
   return d;
 }

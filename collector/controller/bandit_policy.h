@@ -1,14 +1,22 @@
 // A non-stationary bandit over (topology, pinning) arms, rewarded by the job's measured
 // samples/s. Discounted UCB (Garivier & Moulines 2011): every observation first discounts all
 // arms' statistics by `discount`, so old evidence fades and long-unplayed arms regain an
-// exploration bonus. Exploration (any step spent on an arm other than the greedy best,
-// including its settling steps) is paid from a token bucket that fills by `budget_fraction`
-// per step and holds at most `bank_steps`: over any run, exploration steps <= budget_fraction x
-// steps + bank_steps (the initial allowance that learns the arms at start-up). A two-sided
-// Page-Hinkley test on the current arm's reward detects a phase change and forgets the other
-// arms' stale estimates so that they are re-explored.
+// exploration bonus. Every move to another arm is an A/B trial against the arm it left (the
+// incumbent): after one settling training step, the first reading at or below
+// `abandon_fraction` of the incumbent's level ends it (a slow arm costs one slow step, not a
+// whole trial), and it is kept only when its mean over `trial_steps` beats the incumbent's
+// level by `switch_margin`. Exploration is paid from a token bucket, one token per window step
+// actually spent on a trial (time, not training steps: a slow arm's step is long), that fills
+// by `budget_fraction` per step and holds at most `bank_steps`: over any run, exploration
+// steps <= budget_fraction x steps + bank_steps. A phase change is detected on the incumbent
+// only (never from a trial's readings): a two-sided Page-Hinkley test on its reward, or, on
+// the ring, a link class's RTT median crossing the rules' congestion threshold. The other arms'
+// estimates are then forgotten and re-tried (hierarchical first when a flat topology's same-host
+// links were congested), and the arm the change drove us from is re-probed with a backoff (a
+// higher rung can hide the congestion it avoids, so only a probe shows the way back).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "collector/controller/policy.h"
@@ -23,20 +31,49 @@ struct BanditConfig {
   double exploration = 0.2;  // UCB bonus scale, relative to the best arm's mean reward
   double budget_fraction = 0.05;
   // Tokens held at most, and at start. Routine re-visits of known arms wait for a full bank, so
-  // that a phase change (or an untried arm) always finds bank - cost tokens to re-explore with.
+  // that a phase change (or an untried arm) always finds tokens to re-explore with.
   double bank_steps = 18;
   // Trying untried arms at start-up leaves this many tokens in the bank, so that the first phase
   // change can be explored at once.
   double reserve_steps = 6;
   // Both in training steps (a training step longer than a window step stretches them).
   int settle_steps = 1;         // readings ignored after a switch (the step still mixes configs)
-  int trial_steps = 2;          // readings per exploration visit, and the minimum stint
-  double switch_margin = 0.03;  // exploit a different arm only when it is this much better
+  int trial_steps = 2;          // readings per trial, and the minimum stint
+  double switch_margin = 0.03;  // a trial is kept only when this much better than the incumbent
+  // A trial within switch_margin..confirm_margin above the incumbent goes on to twice
+  // trial_steps readings before it is kept: with readings +-10-15% apart on a shared host, two
+  // of them cannot tell halving-doubling from the ring in a clear phase (0.92x).
+  double confirm_margin = 0.10;
+  // A trial reading at or below this fraction of the incumbent's level ends the trial at once.
+  // Measured on netlab (four-phase.json): with lo throttled hierarchical ran 190-210 samples/s,
+  // the ring 86-89 (0.43x) and halving-doubling 62-83 (0.35x); in clear phases the arms are
+  // within 0.8-1.2x of each other, where the full trial decides.
+  double abandon_fraction = 0.75;
+  // An arm not played for this many window steps is forgotten when it is visited again: its
+  // mean is from another phase (the four-phase bench exploited halving-doubling at a clear
+  // phase's 205 samples/s into a throttled one where it ran 62).
+  int stale_steps = 20;
   // Page-Hinkley on reward / stint mean: drift allowance and alarm threshold.
   double ph_delta = 0.10;
   double ph_lambda = 1.0;
   int ph_min_samples = 3;
   int warmup_steps = 20;  // alarms in the first steps restart the test instead (start-up)
+  // The arm a change drove us from is re-probed after this long on another one, doubled per
+  // failed probe up to the max (the rules' re-probe: a higher rung cannot show the congestion
+  // that made us leave the lower one clearing).
+  int reprobe_steps = 16;  // window steps (8 s)
+  int max_reprobe_steps = 64;
+  // On the ring, a link class's RTT median at or above the rules' congestion threshold for this
+  // many consecutive steps (after the window holds only the ring's samples), with the latest
+  // samples/s at or below link_change_fraction of the stint's level, is a phase change, often
+  // before Page-Hinkley has enough readings. The reading corroborates it (RTT also rises with CPU
+  // load on a shared host: rules_policy.h) and is the level trials are judged against: on
+  // netlab the throttled ring's RTT rose 1-1.5 s before its throughput fell. 0 disables.
+  int link_change_steps = 2;
+  double link_change_fraction = 0.85;
+  // Routine re-visits of known arms (UCB, full bank) wait this many window steps after the last
+  // move: a steady state makes no decisions for a minute.
+  int revisit_steps = 120;
 };
 
 class BanditPolicy final : public Policy {
@@ -49,19 +86,41 @@ class BanditPolicy final : public Policy {
   int steps() const { return steps_; }
   int explorationSteps() const { return exploration_steps_; }
   int changesDetected() const { return changes_detected_; }
+  int trialsAbandoned() const { return trials_abandoned_; }
   double meanReward(size_t arm) const;
   size_t bestArm() const;
 
  private:
   struct ArmStats {
-    double sum = 0;  // discounted
-    double n = 0;    // discounted
+    double sum = 0;      // discounted
+    double n = 0;        // discounted
+    int last_step = -1;  // the step of the last observation
+  };
+  // A move to another arm under test against the arm it left.
+  struct Trial {
+    size_t arm;
+    size_t from;
+    double reference;  // the incumbent's samples/s before the move
+    bool paid;         // exploration (charged to the budget) rather than exploitation
+    bool reprobe;      // a re-probe of the arm a change drove us from
+    // The reference is an upper bound: the reading that corroborated a link change while the
+    // incumbent's step was still slowing down. Matching it is enough.
+    bool upper_bound = false;
+    double sum = 0;
+    int n = 0;
+    int charged = 0;  // window steps paid so far
   };
   int armIndex(const Arm& a) const;
   void observe(size_t arm, double reward);
   bool pageHinkley(double reward);
+  bool linkChange(const Features& f, size_t cur);
+  bool sameHostCongested(const Features& f, size_t cur) const;
   void resetStint();
   double index(size_t arm, double total_n, double scale) const;
+  double incumbentLevel(size_t cur) const;
+  Decision move(size_t to, size_t cur, std::string_view reason, std::string detail, bool paid,
+                bool reprobe);
+  void endTrial(bool kept);
 
   BanditConfig config_;
   std::vector<ArmStats> stats_;
@@ -69,17 +128,30 @@ class BanditPolicy final : public Policy {
   int steps_ = 0;
   int exploration_steps_ = 0;
   int changes_detected_ = 0;
+  int trials_abandoned_ = 0;
   // The current stint on one arm: steps since the switch, observations, and the PH state.
   int stint_arm_ = -1;
   int stint_steps_ = 0;
   int stint_obs_ = 0;
   double stint_mean_ = 0;
   double ph_up_ = 0, ph_down_ = 0;
-  bool exploring_ = false;  // the current stint is an exploration visit
+  int link_steps_ = 0;          // consecutive steps with a congested link on the ring
+  bool link_clear_ = false;     // the stint's links were judged clear at least once
+  std::optional<Trial> trial_;  // decided, running or being measured
   int64_t last_now_ns_ = 0;
-  bool ph_alarm_ = false;     // the last pageHinkley() call alarmed
-  bool reexploring_ = false;  // a change was detected and untried arms remain
-  int per_step_ = 1;          // window steps per training step (>= 1)
+  int64_t step_ns_ = 500'000'000;  // the window step, for the decisions log
+  bool reexploring_ = false;       // a change was detected and untried arms remain
+  int per_step_ = 1;               // window steps per training step (>= 1)
+  // The arm a change drove us from, re-probed every reprobe_ (window steps) while another one
+  // is played.
+  int origin_arm_ = -1;
+  int reprobe_ = 0;
+  int left_origin_step_ = 0;
+  int last_move_step_ = 0;
+  bool link_changed_ = false;  // the last change was seen on the links (this step)
+  // The change was seen with a flat topology's same-host links congested: re-explore the arms
+  // that keep same-host gradients off TCP (hierarchical) first.
+  bool same_host_congested_ = false;
 };
 
 }  // namespace bpftrain::collector::controller

@@ -166,21 +166,23 @@ bool RulesPolicy::pinTrialUndo(const Features& f, const Arm& current, int64_t no
   t.sum_samples += f.samples_per_s;
   t.sum_signal += pinSignal(f, t.mode);
   ++t.n;
-  if (since < (config_.pin_settle + config_.pin_measure).count()) return false;
   const double after = t.sum_samples / t.n, after_signal = t.sum_signal / t.n;
   const double gain = t.before_samples_per_s > 0 ? after / t.before_samples_per_s - 1 : 0;
+  const bool early = since >= (config_.pin_settle + config_.pin_early_measure).count() &&
+                     gain <= -config_.pin_early_loss;
+  if (!early && since < (config_.pin_settle + config_.pin_measure).count()) return false;
   const bool harm = gain < -config_.pin_loss;
   const bool better = gain >= config_.pin_gain;
   const bool calmer =
       t.before_signal > 0 && after_signal <= (1 - config_.pin_signal_drop) * t.before_signal;
   char buf[200];
   std::snprintf(buf, sizeof buf,
-                "pinning %s: samples/s %.0f -> %.0f (%+.1f%%), its signal %.1f/s -> %.1f/s",
+                "pinning %s: samples/s %.0f -> %.0f (%+.1f%%), its signal %.1f/s -> %.1f/s%s",
                 std::string(pinModeName(t.mode)).c_str(), t.before_samples_per_s, after, gain * 100,
-                t.before_signal, after_signal);
+                t.before_signal, after_signal, early ? " (early)" : "");
   why = buf;
   pin_trial_.reset();
-  return harm || !(better || calmer);
+  return early || harm || !(better || calmer);
 }
 
 std::optional<RulesPolicy::TrialResult> RulesPolicy::measureTrial(
@@ -274,7 +276,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   } else if (slow_since_ns_ < 0) {
     slow_since_ns_ = now_ns;
   }
-  if (wanted <= level && f.samples_per_s_window > 0 && !slow) {
+  // (Not while a pinning signal holds: its cost is judged against the level before it.)
+  if (wanted <= level && f.samples_per_s_window > 0 && !slow && pin_since_ns_ < 0) {
     constexpr double kCalmAlpha = 0.1;  // ~5 s at 500 ms steps
     calm_samples_ = calm_samples_ <= 0
                         ? f.samples_per_s_window
@@ -445,10 +448,15 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       want = PinMode::kNuma;
       pin_why =
           fmt("node migrations %.1f/s, remote fault share %.2f", node_moves, f.remote_fault_share);
-    } else if (cpu_moves >= k * config_.cpu_migrations_per_s) {
+    } else if (cpu_moves >= k * config_.cpu_migrations_per_s && calm_samples_ > 0 &&
+               f.samples_per_s_window <= (pin_since_ns_ >= 0 ? config_.pin_cost_release_fraction
+                                                             : config_.pin_cost_fraction) *
+                                             calm_samples_) {
       want = PinMode::kCompact;
       pin_why =
-          fmt("cpu+llc migrations %.1f/s >= %.1f/s", cpu_moves, k * config_.cpu_migrations_per_s);
+          fmt("cpu+llc migrations %.1f/s >= %.1f/s", cpu_moves, k * config_.cpu_migrations_per_s) +
+          fmt(" costing throughput (samples/s %.0f, %.0f calm)", f.samples_per_s_window,
+              calm_samples_);
     }
     pin_steps_ = want != PinMode::kNone ? pin_steps_ + 1 : 0;
     if (want == PinMode::kNone) {

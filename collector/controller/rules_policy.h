@@ -117,6 +117,16 @@ struct RulesConfig {
   double node_migrations_per_s = 1.0;
   double remote_fault_share = 0.3;
   double cpu_migrations_per_s = 200.0;  // 4 ranks on 2 CPUs migrate ~60/s unpinned here
+  // cpu+llc migrations are no contention signal on their own: on netlab (four-phase.json, 4
+  // ranks on 2 cores) clear phases held 180-192/s for 5 s and more with the job at its calm
+  // throughput, and compact pinning then cost 8-31% (3 trials, all undone); other builds pushed
+  // them to 224-478/s; two busy loops on both cores (real contention: samples/s halved) brought
+  // them down to 10-50/s (an idle CPU is what a waking thread migrates to). So they count only
+  // while they cost throughput: the window's samples/s at or below pin_cost_fraction of the
+  // rung's calm level (which stops following while the signal holds).
+  // It holds while at or below pin_cost_release_fraction (steps +-8% apart).
+  double pin_cost_fraction = 0.85;
+  double pin_cost_release_fraction = 0.92;
   // Pinning is a one-way move, so its signal must hold for `pin_sustain` (a whole window) and
   // keeps holding only while above `pin_release_fraction` of its threshold (hysteresis). The
   // 2-step (1 s) trigger pinned an unshaped steady-state run (controller_e2e_test) while other
@@ -133,6 +143,11 @@ struct RulesConfig {
   std::chrono::nanoseconds pin_measure = std::chrono::seconds(4);
   double pin_gain = 0.02;
   double pin_loss = 0.03;
+  // Cheaper to try: after pin_settle, a first pin_early_measure that already costs pin_early_loss
+  // undoes the move without waiting out pin_measure (the undone trials above lost 25% and 31%;
+  // one that lost 8% still takes the whole measure).
+  std::chrono::nanoseconds pin_early_measure = std::chrono::seconds(1);
+  double pin_early_loss = 0.10;
   double pin_signal_drop = 0.5;
   std::chrono::nanoseconds pin_retry_after = std::chrono::seconds(120);
 };
