@@ -344,13 +344,15 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   bool may_descend = false;
   // RDMA's loss on the higher rung is a verdict on the same link (hierarchical's leaders and
   // halving-doubling cross it; their own pattern did not raise it: clear hierarchical 0-0.027
-  // per packet), so while it still reads congested there is nothing to re-probe.
+  // per packet), so while it read congested within rdma_clear_hold there is nothing to re-probe.
   bool still_congested = false;
   if (level > 0 && by_link) {
     bool seen = false;
     const Signal s = classifyLink(f, trigger_link_, clear_why, &seen);
     may_descend = seen && signal != Signal::kSevere && s == Signal::kClear;
-    still_congested = seen && trigger_link_ == kRdmaLink && s >= Signal::kCongested;
+    if (trigger_link_ == kRdmaLink && seen && s >= Signal::kCongested) rdma_congested_ns_ = now_ns;
+    still_congested = trigger_link_ == kRdmaLink && rdma_congested_ns_ >= 0 &&
+                      now_ns - rdma_congested_ns_ < config_.rdma_clear_hold.count();
   } else if (level > 0 && !hidden_trigger_) {
     // (After a kept slowdown probe no signal shows its cause: only the re-probe comes back.)
     may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
@@ -361,7 +363,15 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   } else if (clear_since_ns_ < 0) {
     clear_since_ns_ = now_ns;
   }
-  const int64_t hold = by_link ? config_.clear_hold.count() : cooldown_ns_;
+  // RDMA's all-clear is visible on every rung, so a lower rung that keeps losing the throughput
+  // A/B would be stepped down to after every hold: its hold grows with the re-probe backoff
+  // (x2 per failed descent, up to x4).
+  const int64_t rdma_hold =
+      config_.rdma_clear_hold.count() *
+      std::max<int64_t>(1, reprobe_ns_ / std::max<int64_t>(1, config_.reprobe_after.count()));
+  const int64_t hold = !by_link                     ? cooldown_ns_
+                       : trigger_link_ == kRdmaLink ? rdma_hold
+                                                    : config_.clear_hold.count();
 
   const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
   const bool dwell_ok = since_switch >= config_.min_dwell.count();

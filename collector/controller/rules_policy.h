@@ -57,6 +57,11 @@ struct RulesConfig {
   // 0-0.086 on hierarchical (16 of 23), whose leaders cross the same link; 10 ms: 0-0.078.
   double rdma_loss_ratio_high = 0.03;
   double rdma_loss_ratio_low = 0.016;
+  // The loss figure comes in bursts: the way back after an RDMA step up needs it clear (and no
+  // longer congested) for this long. In an adaptive run with 20 ms of delay each way,
+  // hierarchical read under 0.016 for 2 s while the delay was still on, and clear_hold (2 s)
+  // stepped down on it; in the calibration no two delayed windows 2 s apart were both clear.
+  std::chrono::nanoseconds rdma_clear_hold = std::chrono::seconds(6);
   // Post -> completion median of the worst rank; 0 turns it off, as here: on TCG rxe it did not
   // separate clear from delayed (clear ring 0.016-0.99 s, delayed 0.15-1.84 s; hierarchical read
   // 0.045-0.057 s delayed against 0.013-0.95 s clear in one boot, 0.13-0.97 s against
@@ -185,6 +190,7 @@ class RulesPolicy final : public Policy {
   int pin_steps_ = 0;
   int64_t pin_since_ns_ = -1;  // since when the pinning signal holds (-1: it does not)
   int64_t clear_since_ns_ = -1;
+  int64_t rdma_congested_ns_ = -1;  // when the rdma class last read congested on a higher rung
   int64_t last_switch_ns_ = -1;
   double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)
   int64_t cooldown_ns_ =
