@@ -87,6 +87,54 @@ RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::
   return Signal::kNeutral;
 }
 
+RulesPolicy::Signal RulesPolicy::classifyRdma(const RdmaSignals& r, std::string& why) const {
+  const RulesConfig& c = config_;
+  const double loss = r.lossRatio();
+  const bool latency = c.rdma_completion_p50_high_s > 0;  // 0: not calibrated, off
+  if (latency && r.completion_p50_s >= c.rdma_completion_p50_high_s) {
+    why = fmt("completion_p50=%.4fs >= %.4fs", r.completion_p50_s, c.rdma_completion_p50_high_s);
+    return Signal::kCongested;
+  }
+  if (loss >= c.rdma_loss_ratio_high) {
+    why = fmt("loss %.4f per packet >= %.4f", loss, c.rdma_loss_ratio_high);
+    return Signal::kCongested;
+  }
+  if ((!latency || r.completion_p50_s < c.rdma_completion_p50_low_s) &&
+      loss < c.rdma_loss_ratio_low) {
+    why = fmt("loss %.4f per packet, completion_p50=%.4fs below the low thresholds", loss,
+              r.completion_p50_s);
+    return Signal::kClear;
+  }
+  why = "between thresholds";
+  return Signal::kNeutral;
+}
+
+bool RulesPolicy::rdmaReports(const Features& f) {
+  // This job's work requests (the verbs probes' completions) over ports that moved packets: port
+  // counters alone (no work request of the job in the window) say nothing about its traffic.
+  return f.rdma.seen && f.rdma.completion_p99_s > 0 && f.rdma.packets_per_s > 0;
+}
+
+RulesPolicy::Signal RulesPolicy::classifyLink(const Features& f, int link, std::string& why,
+                                              bool* seen) const {
+  std::string link_why;
+  Signal s = Signal::kNeutral;
+  if (link == kRdmaLink) {
+    *seen = rdmaReports(f);
+    if (*seen) s = classifyRdma(f.rdma, link_why);
+  } else {
+    const LinkSignals& ls = f.links[size_t(link)];
+    *seen = f.has_transport && f.has_links && ls.seen;
+    if (*seen) s = classifyTransport(viewOf(ls, Link(link)), link_why);
+  }
+  why = std::string(triggerName(link)) + ": " + link_why;
+  return s;
+}
+
+std::string_view RulesPolicy::triggerName(int link) {
+  return link == kRdmaLink ? "rdma" : linkName(Link(link));
+}
+
 RulesPolicy::TransportView RulesPolicy::viewOf(const LinkSignals& ls, Link link) const {
   const bool same = link == Link::kSameHost;
   return {ls.queued_bytes_p99, ls.rtt_jitter_s, ls.rtt_p50_s,
@@ -97,23 +145,27 @@ RulesPolicy::TransportView RulesPolicy::viewOf(const LinkSignals& ls, Link link)
 RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, int* link) const {
   const RulesConfig& c = config_;
   *link = -1;
-  if (f.has_transport && f.has_links) {
-    // The worst link class decides; a class with no traffic in the window says nothing.
+  {
+    // The worst link class decides (RDMA is one more class: a congested RDMA link moves the job
+    // like a congested TCP one); a class with no traffic in the window says nothing.
     Signal worst = Signal::kClear;
     bool any = false;
-    for (int l = 0; l < kLinkCount; ++l) {
-      const LinkSignals& ls = f.links[l];
-      if (!ls.seen) continue;
+    for (int l = 0; l <= kRdmaLink; ++l) {
+      bool seen = false;
       std::string link_why;
-      Signal s = classifyTransport(viewOf(ls, Link(l)), link_why);
+      const Signal s = classifyLink(f, l, link_why, &seen);
+      if (!seen) continue;
       if (!any || s > worst) {
         worst = s;
         *link = l;
-        why = std::string(linkName(Link(l))) + ": " + link_why;
+        why = std::move(link_why);
       }
       any = true;
     }
-    if (any) return worst;
+    // Unlabelled TCP series (older probes) are judged on the totals below.
+    if (any && (f.has_links || !f.has_transport)) return worst;
+    if (any && worst > Signal::kNeutral) return worst;
+    *link = -1;
   }
   if (f.has_transport)
     return classifyTransport(
@@ -247,7 +299,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   signal_steps_ = wanted > level ? signal_steps_ + 1 : 0;
   if (wanted <= level) {
     congested_steps_ = 0;
-  } else if (!f.has_transport || signal == Signal::kSevere) {
+  } else if ((!f.has_transport && !rdmaReports(f)) || signal == Signal::kSevere) {
     // Bandwidth is throughput already; severe signals (64 MiB queued, 100 ms jitter) are no
     // CPU-load artefact: they count alone.
     ++congested_steps_;
@@ -290,15 +342,20 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // The all-clear for stepping down. With link classes: the link that caused the step up, clear
   // (and the job not severe anywhere). Without: the job's totals below the low thresholds for
   // ring; for the top rung, anything short of severe.
-  const bool by_link = f.has_links && trigger_link_ >= 0;
+  const bool by_link = trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
   std::string clear_why;
   bool may_descend = false;
+  // RDMA's loss on the higher rung is a verdict on the same link (hierarchical's leaders and
+  // halving-doubling cross it; their own pattern did not raise it: clear hierarchical 0-0.027
+  // per packet), so while it read congested within rdma_clear_hold there is nothing to re-probe.
+  bool still_congested = false;
   if (level > 0 && by_link) {
-    const LinkSignals& ls = f.links[trigger_link_];
-    if (ls.seen && signal != Signal::kSevere) {
-      may_descend = classifyTransport(viewOf(ls, Link(trigger_link_)), clear_why) == Signal::kClear;
-      clear_why = std::string(linkName(Link(trigger_link_))) + ": " + clear_why;
-    }
+    bool seen = false;
+    const Signal s = classifyLink(f, trigger_link_, clear_why, &seen);
+    may_descend = seen && signal != Signal::kSevere && s == Signal::kClear;
+    if (trigger_link_ == kRdmaLink && seen && s >= Signal::kCongested) rdma_congested_ns_ = now_ns;
+    still_congested = trigger_link_ == kRdmaLink && rdma_congested_ns_ >= 0 &&
+                      now_ns - rdma_congested_ns_ < config_.rdma_clear_hold.count();
   } else if (level > 0 && !hidden_trigger_) {
     // (After a kept slowdown probe no signal shows its cause: only the re-probe comes back.)
     may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
@@ -309,7 +366,15 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   } else if (clear_since_ns_ < 0) {
     clear_since_ns_ = now_ns;
   }
-  const int64_t hold = by_link ? config_.clear_hold.count() : cooldown_ns_;
+  // RDMA's all-clear is visible on every rung, so a lower rung that keeps losing the throughput
+  // A/B would be stepped down to after every hold: its hold grows with the re-probe backoff
+  // (x2 per failed descent, up to x4).
+  const int64_t rdma_hold =
+      config_.rdma_clear_hold.count() *
+      std::max<int64_t>(1, reprobe_ns_ / std::max<int64_t>(1, config_.reprobe_after.count()));
+  const int64_t hold = !by_link                     ? cooldown_ns_
+                       : trigger_link_ == kRdmaLink ? rdma_hold
+                                                    : config_.clear_hold.count();
 
   const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
   const bool dwell_ok = since_switch >= config_.min_dwell.count();
@@ -399,14 +464,14 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
                                double(hold) * 1e-9);
     last_descent_ns_ = now_ns;
   } else if (dwell_ok && (by_link || hidden_trigger_) && level > 0 && signal != Signal::kSevere &&
-             now_ns - on_rung_since_ns_ >= reprobe_ns_) {
+             !still_congested && now_ns - on_rung_since_ns_ >= reprobe_ns_) {
     // No verdict on the causing link from up here: try the lower rung; its own signals decide
     // within a second or two whether to climb back.
     d.change = true;
     d.to.topology = topologyAt(level - 1);
     d.reason = "reprobe";
     startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
-    d.detail = std::string(trigger_link_ >= 0 ? linkName(Link(trigger_link_)) : "the slowdown") +
+    d.detail = std::string(trigger_link_ >= 0 ? triggerName(trigger_link_) : "the slowdown") +
                fmt(" cannot be judged on this rung; probing the lower one after %.0fs (every "
                    "%.0fs)",
                    double(now_ns - on_rung_since_ns_) * 1e-9, double(reprobe_ns_) * 1e-9);

@@ -1,5 +1,6 @@
 // Threshold rules: congestion signals (transport queue depth p99, RTT jitter and median per link
-// class; bus bandwidth drop when no transport probe reports) move the topology one level at a
+// class; RDMA loss per packet as one more class; bus bandwidth drop when no transport or RDMA
+// probe reports) move the topology one level at a
 // time along ring -> hierarchical -> halving-doubling and back. Escalating needs the signal for
 // `escalate_steps` consecutive steps and `escalate_dwell` since the last move.
 // The way back is judged on the link class that caused the step up: clear there (below the low
@@ -47,6 +48,27 @@ struct RulesConfig {
   double same_host_rtt_p50_low_s = 0.0035;
   double other_host_rtt_p50_high_s = 0.005;
   double other_host_rtt_p50_low_s = 0.0035;
+  // RDMA, judged as one more link class while the verbs probes see the job's work requests.
+  // Measured on numalab's rxe link (4 ranks, two per rxe device, --node-of 0,0,1,1; netem delay
+  // on both ends of the veth; --features-log; 3 boots, the first window of each run dropped):
+  // the ports' loss events per packet (rxe: duplicate and out-of-sequence requests, sequence
+  // NAKs, retries) were 0-0.0154 in 62 of 63 clear windows of every rung (one hierarchical window
+  // 0.027), and with 20 ms of delay each way 0-0.085 on the ring (12 of 21 windows >= 0.03) and
+  // 0-0.086 on hierarchical (16 of 23), whose leaders cross the same link; 10 ms: 0-0.078.
+  double rdma_loss_ratio_high = 0.03;
+  double rdma_loss_ratio_low = 0.016;
+  // The loss figure comes in bursts: the way back after an RDMA step up needs it clear (and no
+  // longer congested) for this long. In an adaptive run with 20 ms of delay each way,
+  // hierarchical read under 0.016 for 2 s while the delay was still on, and clear_hold (2 s)
+  // stepped down on it; in the calibration no two delayed windows 2 s apart were both clear.
+  std::chrono::nanoseconds rdma_clear_hold = std::chrono::seconds(6);
+  // Post -> completion median of the worst rank; 0 turns it off, as here: on TCG rxe it did not
+  // separate clear from delayed (clear ring 0.016-0.99 s, delayed 0.15-1.84 s; hierarchical read
+  // 0.045-0.057 s delayed against 0.013-0.95 s clear in one boot, 0.13-0.97 s against
+  // 0.006-0.023 s in another: the guest's CPUs, not the link, set it). A real NIC's figures
+  // would give it a value.
+  double rdma_completion_p50_high_s = 0;
+  double rdma_completion_p50_low_s = 0;
   // Without transport probes: the window's bus bandwidth under this fraction of the best window
   // seen counts as congestion, over `busbw_clear_fraction` as clear. With probes the transport
   // signals alone decide (a higher rung may never reach the ring's bandwidth, and bandwidth
@@ -167,6 +189,13 @@ class RulesPolicy final : public Policy {
   };
   TransportView viewOf(const LinkSignals& ls, Link link) const;
   Signal classifyTransport(const TransportView& v, std::string& why) const;
+  // RDMA is judged as one more link class, after the TCP ones (trigger_link_ == kRdmaLink).
+  static constexpr int kRdmaLink = kLinkCount;
+  Signal classifyRdma(const RdmaSignals& r, std::string& why) const;
+  static bool rdmaReports(const Features& f);
+  // A link class's (or RDMA's) signal; *seen false when it had no traffic in the window.
+  Signal classifyLink(const Features& f, int link, std::string& why, bool* seen) const;
+  static std::string_view triggerName(int link);
   // The job's signal: the worst link class's (its index in *link, -1 for totals or bandwidth).
   bool decisive(const Features& f) const;
   Signal classify(const Features& f, std::string& why, int* link) const;
@@ -176,6 +205,7 @@ class RulesPolicy final : public Policy {
   int pin_steps_ = 0;
   int64_t pin_since_ns_ = -1;  // since when the pinning signal holds (-1: it does not)
   int64_t clear_since_ns_ = -1;
+  int64_t rdma_congested_ns_ = -1;  // when the rdma class last read congested on a higher rung
   int64_t last_switch_ns_ = -1;
   double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)
   int64_t cooldown_ns_ =

@@ -81,8 +81,8 @@ std::string usage() {
   --resume                  continue from the newest valid checkpoint in DIR
   --node-of N0,N1,...       node index of each rank (hierarchical allreduce)
   --bind ADDR               transport bind address
-  --transport tcp|ibverbs   Gloo's TCP transport (default) or its ibverbs (RDMA) transport, which
-                            runs the bound-buffer topologies: halving-doubling, bcube
+  --transport tcp|ibverbs   Gloo's TCP transport (default) or its ibverbs (RDMA) transport (every
+                            topology; hierarchical's node stage stays on the host)
   --rdma-device D[,D1,...]  ibverbs: RDMA device (ibv_devices), one for all ranks or one per rank
   --gid-index N             ibverbs: GID table index (default 0; RoCE v2 over IPv4: see show_gids)
   --netns NS0,NS1,...       launcher: run rank i inside network namespace NSi

@@ -40,7 +40,7 @@
 namespace bpftrain::trainer::app {
 namespace {
 
-// Bit t set: Topology t runs over `transport` (ibverbs: not the unbound-buffer ones).
+// Bit t set: Topology t runs over `transport` (every one today; see topologyUnsupported).
 uint32_t runnableTopologies(const std::string& transport) {
   uint32_t topologies = 0;
   for (size_t t = 0; t < kTopologyCount; ++t)

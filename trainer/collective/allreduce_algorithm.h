@@ -26,6 +26,9 @@ class AllreduceAlgorithm {
 // AllreduceRing, whose per-rank summation order differs and is therefore not bit-identical).
 std::unique_ptr<AllreduceAlgorithm> makeRingAllreduce(std::shared_ptr<gloo::Context> context);
 
+// The same ring over bound buffers (ibverbs, whose Gloo transport has no unbound ones).
+std::unique_ptr<AllreduceAlgorithm> makeBoundRingAllreduce(std::shared_ptr<gloo::Context> context);
+
 // Gloo's AllreduceHalvingDoubling (recursive halving reduce-scatter, doubling allgather).
 std::unique_ptr<AllreduceAlgorithm> makeHalvingDoublingAllreduce(
     std::shared_ptr<gloo::Context> context);
@@ -42,6 +45,7 @@ struct HierarchicalConfig {
   size_t single_node_shm_chunk_elements = 64 * 1024;
   bool shared_memory = true;            // try POSIX shm for the node stage
   bool multi_node = false;              // more than one node: leaders run a ring
+  bool bound_leader_ring = false;       // the leaders' ring on bound buffers (ibverbs)
   std::vector<int> node_world_ranks;    // world rank of each node-context rank (for messages)
   std::vector<int> leader_world_ranks;  // world rank of each leader-context rank (for messages)
 };

@@ -7,11 +7,14 @@
 // it instead of TCP: each rank copies its chunk into its slot, each rank sums one slice of the
 // chunk over all slots (local rank order), the leader runs the ring on the summed chunk, and
 // everyone copies the result out. Sums are still formed once, in a fixed order.
+// Over ibverbs the leaders' ring runs on bound buffers (BoundRingAllreduce); the node stage stays
+// on the host (shared memory, or TCP on the node context the communicator makes over loopback).
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -37,9 +40,15 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
         chunk_(std::max<size_t>(1, config.chunk_elements)),
         multi_node_(config.multi_node),
         node_world_ranks_(config.node_world_ranks) {
-    if (leaders && leaders->size > 1)
-      ring_ = std::make_unique<RingAllreduce>(std::move(leaders), kLeaderRingSlot,
-                                              config.leader_world_ranks);
+    if (leaders && leaders->size > 1) {
+      leader_timeout_ = leaders->getTimeout();
+      if (config.bound_leader_ring)
+        bound_ring_ =
+            std::make_unique<BoundRingAllreduce>(std::move(leaders), config.leader_world_ranks);
+      else
+        ring_ = std::make_unique<RingAllreduce>(std::move(leaders), kLeaderRingSlot,
+                                                config.leader_world_ranks);
+    }
     std::string stage = node_ && node_->size > 1 ? "tcp" : "none";
     if (node_ && node_->size > 1 && config.shared_memory) {
       std::string why;
@@ -84,7 +93,7 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
     }
     if (!node_ || node_->size == 1) {
       // Alone on its node: still chunk exactly like the other leaders so the rings match.
-      if (ring_) runLeader(data, nullptr);
+      if (ring_ || bound_ring_) runLeader(data, nullptr);
       return;
     }
     auto& nbuf = node_buffers_.get(data.data(), data.size(), [&] {
@@ -122,6 +131,7 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
         shm_->barrier(timeout);
         if (multi_node_) {
           if (ring_) ring_->runRange(*shm_ring_buf_, size_t(p) * chunk, len);
+          if (bound_ring_) bound_ring_->runRange(result, len);
           shm_->barrier(timeout);
         }
         std::memcpy(data.data() + off, result, len * sizeof(float));
@@ -151,7 +161,7 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
 
   // nbuf: this buffer on the node context; null when the leader has no members.
   void runLeader(std::span<float> data, gloo::transport::UnboundBuffer* nbuf) {
-    const auto timeout = node_ ? node_->getTimeout() : ring_->context().getTimeout();
+    const auto timeout = node_ ? node_->getTimeout() : leader_timeout_;
     const size_t nchunks = chunks(data.size());
     gloo::transport::UnboundBuffer* lbuf = nullptr;
     if (ring_) {
@@ -175,6 +185,7 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
         sumInto(data.data() + off, s.data.data() + (c & 1) * chunk_, len);
       }
       if (ring_) ring_->runRange(*lbuf, off, len);
+      if (bound_ring_) bound_ring_->runRange(data.data() + off, len);
       for (size_t m = 1; m <= scratch_.size(); ++m) {
         nbuf->send(int(m), kBroadcastSlot, off * sizeof(float), len * sizeof(float));
         ++pending_sends;
@@ -187,7 +198,9 @@ class HierarchicalAllreduce final : public AllreduceAlgorithm {
   size_t chunk_;
   bool multi_node_;
   std::vector<int> node_world_ranks_;
-  std::unique_ptr<RingAllreduce> ring_;
+  std::unique_ptr<RingAllreduce> ring_;             // leaders over unbound buffers (TCP)
+  std::unique_ptr<BoundRingAllreduce> bound_ring_;  // leaders over bound buffers (ibverbs)
+  std::chrono::milliseconds leader_timeout_{0};
   std::unique_ptr<NodeShm> shm_;
   std::unique_ptr<gloo::transport::UnboundBuffer> shm_ring_buf_;  // leader: shm result on ring
   std::vector<Scratch> scratch_;  // leader only: one double-buffered chunk per member

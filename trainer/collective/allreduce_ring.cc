@@ -13,44 +13,13 @@
 #include <string>
 
 #include "trainer/collective/reduce_sum.h"
+#include "trainer/collective/ring_layout.h"
 
 namespace bpftrain::trainer::collective {
-namespace {
 
-struct Segment {
-  size_t start;  // element index relative to the region
-  size_t len;
-};
-
-class Layout {
- public:
-  Layout(size_t count, int world) : count_(count) {
-    const size_t n = static_cast<size_t>(world);
-    // At least two segments per chunk so communication overlaps the sums, except for small
-    // chunks, where each extra message costs more latency than the overlap saves.
-    per_chunk_ = std::max<size_t>(2, (count + n * RingAllreduce::kMaxSegmentElements - 1) /
-                                         (n * RingAllreduce::kMaxSegmentElements));
-    if (count <= n * RingAllreduce::kSmallChunkElements) per_chunk_ = 1;
-    seg_ = std::max<size_t>(1, (count + n * per_chunk_ - 1) / (n * per_chunk_));
-  }
-  size_t perChunk() const { return per_chunk_; }
-  size_t segmentElements() const { return seg_; }
-  Segment segment(size_t chunk, size_t j) const {
-    const size_t g = chunk * per_chunk_ + j;
-    const size_t begin = std::min(g * seg_, count_);
-    const size_t end = std::min(begin + seg_, count_);
-    return {begin, end - begin};
-  }
-
- private:
-  size_t count_;
-  size_t per_chunk_;
-  size_t seg_;
-};
-
-size_t mod(long a, long n) { return static_cast<size_t>(((a % n) + n) % n); }
-
-}  // namespace
+using ring::Layout;
+using ring::mod;
+using ring::Segment;
 
 RingAllreduce::RingAllreduce(std::shared_ptr<gloo::Context> context, uint64_t slot,
                              std::vector<int> world_ranks)

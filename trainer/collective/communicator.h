@@ -25,7 +25,8 @@ struct CommOptions {
   std::string bind_address;
   // "tcp" (Gloo's TCP transport on bind_address) or "ibverbs" (Gloo's ibverbs transport: an RDMA
   // device, InfiniBand or RoCE; soft-RoCE rxe in numalab). Over ibverbs Gloo has bound buffers
-  // only, so the topologies written on unbound send/recv do not run there (topologyUnsupported).
+  // only: the ring (and hierarchical's leaders) run a bound-buffer ring there, hierarchical's
+  // node stage stays on the host (shared memory; TCP on bind_address for its set-up).
   std::string transport = "tcp";
   std::string rdma_device;  // ibverbs: device name as ibv_devices lists it; empty: the only one
   int rdma_port = 1;        // ibverbs: port of the device

@@ -1,9 +1,9 @@
 // The Gloo Communicator: rendezvous, one context for the world plus the node and leader
 // sub-group contexts of the hierarchical topology, and one algorithm object per topology; over
-// TCP or, with bound buffers only, over ibverbs (RDMA).
+// TCP or, with bound buffers only, over ibverbs (RDMA): there the ring is the bound-buffer ring,
+// and hierarchical's node stage stays on the host (shared memory; its set-up messages and the
+// fallback node stage over TCP on --bind, default loopback) while its leaders use the device.
 #include <gloo/barrier.h>
-#include <gloo/barrier_all_to_all.h>
-#include <gloo/broadcast_one_to_all.h>
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/rendezvous/hash_store.h>
@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "trainer/collective/allreduce_algorithm.h"
+#include "trainer/collective/bound_sync.h"
 #include "trainer/collective/buffer_cache.h"
 #include "trainer/collective/communicator.h"
 #include "trainer/collective/rendezvous.h"
@@ -54,8 +55,7 @@ class GlooCommunicator final : public Communicator {
       // Priming sizes TCP's SO_SNDBUF; an RDMA queue pair has no socket buffer to size.
       prime_bytes_ = ibverbs_ ? 0 : defaultPrimeBytes();
       if (prime_bytes_ > 0) primePairs(*context_, prime_bytes_);
-      // Over ibverbs only the world context: the hierarchical topology needs unbound buffers.
-      if (!ibverbs_) buildHierarchy();
+      buildHierarchy();
     } catch (const gloo::Exception& e) {
       throw std::runtime_error(
           describe(options) + ": connecting to peers through store " + options.store + " failed (" +
@@ -67,12 +67,10 @@ class GlooCommunicator final : public Communicator {
     }
     algorithms_[size_t(Topology::kHalvingDoubling)] = makeHalvingDoublingAllreduce(context_);
     algorithms_[size_t(Topology::kBcube)] = makeBcubeAllreduce(context_);
-    if (ibverbs_) {  // ring and hierarchical run on unbound buffers: refused in allreduce()
-      node_stage_ = "none (ibverbs: no hierarchical topology)";
-      return;
-    }
-    algorithms_[size_t(Topology::kRing)] = makeRingAllreduce(context_);
+    algorithms_[size_t(Topology::kRing)] =
+        ibverbs_ ? makeBoundRingAllreduce(context_) : makeRingAllreduce(context_);
     HierarchicalConfig hierarchical;
+    hierarchical.bound_leader_ring = ibverbs_;
     hierarchical.chunk_elements = kHierarchicalChunkElements;
     hierarchical.shared_memory = options.shared_memory;
     hierarchical.multi_node = multi_node_;
@@ -117,14 +115,14 @@ class GlooCommunicator final : public Communicator {
     if (options_.world == 1 || data.empty()) return;
     if (ibverbs_) {
       guarded("broadcast", "", data.size(), [&] {
-        // Gloo's bound-buffer broadcast, built once per (buffer, root) as the buffers bind to it.
+        // A bound-buffer broadcast, built once per (buffer, root) as the buffers bind to it.
         // The key's length folds the root in: a different root is a different algorithm.
         const size_t key = data.size() * size_t(options_.world) + size_t(root);
         bound_broadcasts_
             .get(data.data(), key,
                  [&] {
-                   return std::make_unique<gloo::BroadcastOneToAll<uint8_t>>(
-                       context_, std::vector<uint8_t*>{data.data()}, data.size(), root);
+                   return std::make_unique<BoundBroadcast>(context_, data.data(), data.size(),
+                                                           root);
                  })
             .run();
       });
@@ -149,8 +147,8 @@ class GlooCommunicator final : public Communicator {
   void barrier() override {
     if (options_.world == 1) return;
     guarded("barrier", "", 0, [&] {
-      if (ibverbs_) {  // Gloo's barrier() sends on unbound buffers; BarrierAllToAll binds its own
-        if (!bound_barrier_) bound_barrier_ = std::make_unique<gloo::BarrierAllToAll>(context_);
+      if (ibverbs_) {  // Gloo's barrier() sends on unbound buffers
+        if (!bound_barrier_) bound_barrier_ = std::make_unique<BoundBarrier>(context_);
         bound_barrier_->run();
         return;
       }
@@ -192,10 +190,13 @@ class GlooCommunicator final : public Communicator {
     const int local =
         int(std::find(members.begin(), members.end(), options_.rank) - members.begin());
     if (members.size() > 1) {
+      // Over ibverbs the node context carries only the shared-memory set-up (or the TCP node
+      // stage): ranks of one host reach each other over TCP, and unbound buffers need it.
+      auto node_device = ibverbs_ ? makeTcpDevice(options_.bind_address) : device_;
       node_context_ = connectContext(
           *store_, options_.prefix + "/node/" + std::to_string(node_of[options_.rank]), local,
-          int(members.size()), 2, device_, options_.timeout);
-      primePairs(*node_context_, prime_bytes_);
+          int(members.size()), 2, node_device, options_.timeout);
+      primePairs(*node_context_, ibverbs_ ? defaultPrimeBytes() : prime_bytes_);
     }
     multi_node_ = leaders.size() > 1;
     node_members_ = members;
@@ -206,9 +207,8 @@ class GlooCommunicator final : public Communicator {
       } else {
         const int index =
             int(std::find(leaders.begin(), leaders.end(), options_.rank) - leaders.begin());
-        leader_context_ = connectContext(*store_, options_.prefix + "/leaders", index,
-                                         int(leaders.size()), 2, device_, options_.timeout);
-        primePairs(*leader_context_, prime_bytes_);
+        leader_context_ = connect(options_.prefix + "/leaders", index, int(leaders.size()), 2);
+        if (!ibverbs_) primePairs(*leader_context_, prime_bytes_);
       }
     }
   }
@@ -253,8 +253,8 @@ class GlooCommunicator final : public Communicator {
   BufferCache<gloo::transport::UnboundBuffer> broadcast_buffers_{8};
   std::string broken_;
   bool ibverbs_ = false;
-  BufferCache<gloo::BroadcastOneToAll<uint8_t>> bound_broadcasts_{8};
-  std::unique_ptr<gloo::BarrierAllToAll> bound_barrier_;
+  BufferCache<BoundBroadcast> bound_broadcasts_{8};
+  std::unique_ptr<BoundBarrier> bound_barrier_;
 };
 
 void validate(const CommOptions& o) {
@@ -276,12 +276,10 @@ void validate(const CommOptions& o) {
 
 }  // namespace
 
-std::string topologyUnsupported(Topology topology, std::string_view transport) {
-  if (transport != "ibverbs") return {};
-  if (topology != Topology::kRing && topology != Topology::kHierarchical) return {};
-  return "topology " + std::string(topologyName(topology)) +
-         " runs on unbound buffers, which Gloo's ibverbs transport does not support (\"Unbound "
-         "buffers not supported yet\"): over --transport ibverbs use halving-doubling or bcube";
+std::string topologyUnsupported(Topology, std::string_view) {
+  // Every topology runs over both transports (over ibverbs the ring and hierarchical's leaders on
+  // bound buffers). Kept as the one place a transport would say what it cannot run.
+  return {};
 }
 
 std::unique_ptr<Communicator> Communicator::create(const CommOptions& options) {

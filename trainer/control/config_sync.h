@@ -80,7 +80,7 @@ class DecisionSource {
 // The controller's verified decisions from rank 0's control socket. The callbacks see each
 // accepted decision and the rejections counted during a poll (for a log line and a metric).
 // `topologies` (bit t: Topology t runs here) refuses a verified decision for a topology the
-// transport cannot run (ibverbs: the unbound-buffer ones), which would end the job at its first
+// transport cannot run (none today: see topologyUnsupported), which would end the job at its first
 // allreduce: it counts as rejected and goes to on_unsupported (once per decision: the
 // controller's re-sends of it are replays), and the job keeps its configuration.
 class ReceiverSource final : public DecisionSource {
@@ -103,7 +103,8 @@ class ReceiverSource final : public DecisionSource {
 // Test and benchmark hook (--switch-every K --switch-seed S): a topology and pinning drawn from
 // (seed, step) at every step > 0 that K divides, so a resumed run draws what an uninterrupted run
 // draws from there on. `topologies` (bit t: Topology t may be drawn) leaves out those the transport
-// cannot run (ibverbs: the unbound-buffer ones); a draw of one of them takes the next allowed one.
+// cannot run (none today: see topologyUnsupported); a draw of one of them takes the next allowed
+// one.
 class SwitchDraws final : public DecisionSource {
  public:
   SwitchDraws(int every, uint64_t seed, uint32_t topologies = ~0u);

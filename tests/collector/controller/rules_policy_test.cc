@@ -409,6 +409,183 @@ TEST(RulesPolicy, NoFlappingOnNoisySteadyStreams) {
   EXPECT_TRUE(spikes.empty());
 }
 
+// A topology-aware model of an RDMA job (--transport ibverbs: no TCP gradient traffic, the tcp
+// probe absent) from the levels measured on numalab's rxe link (RulesConfig, docs/controller.md):
+// loss events per packet 0-0.0154 clear on every rung, 0.03-0.086 in most windows with 20 ms of
+// netem delay each way on the ring and on hierarchical (whose leaders cross the same link);
+// halving-doubling 0.007-0.017 with 10 ms. Completion medians overlapped clear and delayed (the
+// policy leaves them off), so the model gives every phase the same. Throughput: the ring fastest
+// when clear, every rung slower when delayed.
+enum class RdmaPhase { kClear, kDelayed };
+JobState rdmaModel(RdmaPhase phase, const Arm& arm) {
+  JobState j;
+  j.has_transport = false;
+  const bool delayed = phase == RdmaPhase::kDelayed;
+  j.rdma.packets_per_s = 3000;
+  j.rdma.completion_p50 = 0.3;
+  j.rdma.completion_p99 = 0.9;
+  double loss_ratio = 0.002;
+  switch (arm.topology) {
+    case Topology::kRing:
+      j.samples_per_s_per_rank = delayed ? 150 : 500;
+      loss_ratio = delayed ? 0.05 : 0.002;
+      break;
+    case Topology::kHierarchical:
+      j.samples_per_s_per_rank = delayed ? 250 : 450;
+      loss_ratio = delayed ? 0.05 : 0.004;
+      break;
+    default:
+      j.samples_per_s_per_rank = delayed ? 220 : 300;
+      loss_ratio = delayed ? 0.015 : 0.01;
+      break;
+  }
+  j.rdma.loss_per_s = loss_ratio * j.rdma.packets_per_s;
+  return j;
+}
+
+std::vector<Switch> runRdma(RulesPolicy& p, double seconds,
+                            const std::function<RdmaPhase(double)>& phase) {
+  return runOnArm(p, seconds, [&](double t, const Arm& a) { return rdmaModel(phase(t), a); });
+}
+
+// A delayed RDMA link moves the job up like a congested TCP link does, and the link's recovery,
+// seen by hierarchical's leaders on the same link, brings it back.
+TEST(RulesPolicy, RdmaLossMovesUpAndItsAllClearBack) {
+  RulesPolicy p;
+  auto sw = runRdma(
+      p, 110, [](double t) { return t >= 30 && t < 70 ? RdmaPhase::kDelayed : RdmaPhase::kClear; });
+  ASSERT_EQ(sw.size(), 2u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(sw[0].reason, "congestion");
+  EXPECT_GE(sw[0].t, 30.0);
+  EXPECT_LE(sw[0].t, 30.5);  // 0.3x calm: decisive on its first step
+  // Back once the rdma class has not read congested up there for rdma_clear_hold (6 s after its
+  // last congested step, 69.5 s): an A/B trial, kept (the ring is faster).
+  EXPECT_EQ(sw[1].to.topology, Topology::kRing);
+  EXPECT_TRUE(sw[1].reason == "reprobe" || sw[1].reason == "clear") << sw[1].reason;
+  EXPECT_GE(sw[1].t, 75.5);
+  EXPECT_LE(sw[1].t, 76.5);
+}
+
+// The decision names the RDMA class and the figure that crossed its threshold.
+TEST(RulesPolicy, RdmaDecisionSaysWhatItSaw) {
+  RulesPolicy p;
+  FeatureExtractor ex("j");
+  const Arm ring{};
+  Decision d;
+  int64_t ns = 0;
+  for (; ns < 20'000'000'000; ns += kStepNs) {
+    d = p.decide(ex.update(snapshotsOf(rdmaModel(RdmaPhase::kClear, ring)), ns), ring, ns);
+    ASSERT_FALSE(d.change) << d.detail;
+  }
+  d = p.decide(ex.update(snapshotsOf(rdmaModel(RdmaPhase::kDelayed, ring)), ns), ring, ns);
+  ASSERT_TRUE(d.change);
+  EXPECT_EQ(d.detail.rfind("rdma: loss 0.0500 per packet >= 0.0300", 0), 0u) << d.detail;
+}
+
+// Loss up with unchanged throughput is not congestion; noise under the high threshold changes
+// nothing; and neither does a completion latency anywhere in its measured range (off).
+TEST(RulesPolicy, RdmaSignalsWithoutAThroughputCostOrUnderTheThresholdsChangeNothing) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> clear_loss(0, 0.027), p50(0.016, 1.84);
+  RulesPolicy quiet;
+  auto none = runOnArm(quiet, 60, [&](double, const Arm& a) {
+    JobState j = rdmaModel(RdmaPhase::kClear, a);
+    j.rdma.loss_per_s = clear_loss(rng) * j.rdma.packets_per_s;
+    j.rdma.completion_p50 = p50(rng);
+    j.rdma.completion_p99 = 2;
+    return j;
+  });
+  EXPECT_TRUE(none.empty()) << "switched to " << armName(none[0].to) << " at " << none[0].t;
+
+  RulesPolicy busy_cpu;
+  auto kept = runOnArm(busy_cpu, 60, [&](double t, const Arm& a) {
+    JobState j = rdmaModel(RdmaPhase::kClear, a);
+    if (t >= 20) j.rdma.loss_per_s = 0.05 * j.rdma.packets_per_s;
+    return j;
+  });
+  EXPECT_TRUE(kept.empty()) << "switched to " << armName(kept[0].to) << " at " << kept[0].t;
+}
+
+// The link stays delayed: hierarchical's leaders still see it congested, so the job stays up,
+// with no re-probe of the ring (a TCP class that hierarchical cannot judge would be re-probed).
+TEST(RulesPolicy, RdmaCongestionTheHigherRungStillSeesKeepsTheJobUp) {
+  RulesPolicy p;
+  auto sw =
+      runRdma(p, 90, [](double t) { return t >= 10 ? RdmaPhase::kDelayed : RdmaPhase::kClear; });
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_LE(sw[0].t, 10.5);
+}
+
+// A TCP link class and RDMA side by side: the worse decides, and the way back is judged on the
+// class that caused the step up (here RDMA, while the TCP links stay clear throughout).
+TEST(RulesPolicy, RdmaAndTcpLinkClassesTheWorseDecides) {
+  RulesPolicy p;
+  auto sw = runOnArm(p, 80, [](double t, const Arm& a) {
+    JobState j = rdmaModel(t >= 20 && t < 50 ? RdmaPhase::kDelayed : RdmaPhase::kClear, a);
+    j.has_transport = true;
+    j.same_host = {0.2e-3, 1.5e-3, 6e6};
+    return j;
+  });
+  ASSERT_EQ(sw.size(), 2u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_LE(sw[0].t, 20.5);
+  EXPECT_EQ(sw[1].to.topology, Topology::kRing);
+  EXPECT_TRUE(sw[1].reason == "reprobe" || sw[1].reason == "clear") << sw[1].reason;
+  EXPECT_GE(sw[1].t, 55.5);
+  EXPECT_LE(sw[1].t, 56.5);
+}
+
+// After the delay lifts, the lower rung may still lose the throughput A/B (in the guest the ring
+// ran at 177-256 samples/s against hierarchical's 295-670 once the link was clear): each failed
+// step down doubles the next RDMA hold, so the job does not flap every few seconds.
+TEST(RulesPolicy, FailedRdmaDescentsBackOff) {
+  RulesPolicy p;
+  auto sw = runOnArm(p, 150, [](double t, const Arm& a) {
+    JobState j = rdmaModel(t >= 10 && t < 30 ? RdmaPhase::kDelayed : RdmaPhase::kClear, a);
+    if (t >= 30 && a.topology == Topology::kRing) j.samples_per_s_per_rank = 250;
+    return j;
+  });
+  std::vector<double> descents;
+  for (const Switch& s : sw)
+    if (s.to.topology == Topology::kRing) descents.push_back(s.t);
+  ASSERT_GE(descents.size(), 3u);
+  std::string gaps;
+  for (size_t i = 1; i < descents.size(); ++i)
+    gaps += std::to_string(descents[i] - descents[i - 1]) + " ";
+  // Hold 6 s, then 12, 24 (the cap, x4), each plus the failed probe's 2-4 s.
+  EXPECT_GE(descents[2] - descents[1], 1.5 * (descents[1] - descents[0])) << gaps;
+  for (size_t i = 3; i < descents.size(); ++i)
+    EXPECT_GE(descents[i] - descents[i - 1], 24.0) << gaps;
+  EXPECT_LE(descents.size(), 6u) << gaps;
+  EXPECT_EQ(sw.back().to.topology, Topology::kHierarchical);
+}
+
+// The loss figure comes in bursts: in an adaptive guest run hierarchical read under the low
+// threshold for 2 s while the delay was still on, and the old 2 s hold stepped down on it. A lull
+// shorter than rdma_clear_hold keeps the job up.
+TEST(RulesPolicy, AShortLullInRdmaLossIsNoAllClear) {
+  auto lulls = [](double t, const Arm& a) {
+    JobState j = rdmaModel(t >= 10 ? RdmaPhase::kDelayed : RdmaPhase::kClear, a);
+    const bool lull = (t >= 20 && t < 23) || (t >= 35 && t < 39);
+    if (lull) j.rdma.loss_per_s = 0.0017 * j.rdma.packets_per_s;
+    return j;
+  };
+  RulesPolicy p;
+  auto sw = runOnArm(p, 60, lulls);
+  ASSERT_EQ(sw.size(), 1u) << sw[1].reason << " at " << sw[1].t;
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  // With the TCP classes' 2 s hold the same lulls step down (and the ring climbs back).
+  RulesConfig short_hold;
+  short_hold.rdma_clear_hold = std::chrono::seconds(2);
+  RulesPolicy q(short_hold);
+  auto flapping = runOnArm(q, 60, lulls);
+  ASSERT_GE(flapping.size(), 2u);
+  EXPECT_EQ(flapping[1].to.topology, Topology::kRing);
+  EXPECT_GE(flapping[1].t, 20.0);
+}
+
 int levelRank(Topology t) {
   return t == Topology::kRing ? 0 : t == Topology::kHierarchical ? 1 : 2;
 }

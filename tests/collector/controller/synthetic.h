@@ -88,6 +88,14 @@ struct JobState {
     bool present() const { return rtt_p50 >= 0; }
   };
   LinkState same_host, other_host;
+  // RDMA (the verbs probes per rank, the ports' counters per device): present when
+  // completion_p50 >= 0.
+  struct RdmaState {
+    double completion_p50 = -1, completion_p99 = 0, outstanding_p99 = 1;
+    double packets_per_s = 0, loss_per_s = 0;
+    bool present() const { return completion_p50 >= 0; }
+  };
+  RdmaState rdma;
 };
 
 inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
@@ -120,6 +128,23 @@ inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
       v.push_back(
           dist("bpftrain_transport_queued_bytes", l, j.queued_bytes_p50, j.queued_bytes_p99));
       v.push_back(dist("bpftrain_transport_rtt_seconds", jr(j.job, r), j.rtt_p50, j.rtt_p99));
+    }
+    if (j.rdma.present()) {
+      auto l = jr(j.job, r);
+      l.push_back({"source", "gloo"});
+      v.push_back(dist("bpftrain_rdma_completion_seconds", l, j.rdma.completion_p50,
+                       j.rdma.completion_p99));
+      v.push_back(dist("bpftrain_rdma_outstanding_work_requests", l, 1, j.rdma.outstanding_p99));
+    }
+  }
+  if (j.rdma.present()) {
+    // Two devices; packets split between sent and received, loss as out-of-sequence requests.
+    for (const char* device : {"rxe0", "rxe1"}) {
+      const std::vector<std::pair<std::string, std::string>> l = {{"device", device},
+                                                                  {"port", "1"}};
+      v.push_back(counter("bpftrain_rdma_port_sent_pkts_total", l, j.rdma.packets_per_s / 4));
+      v.push_back(counter("bpftrain_rdma_port_rcvd_pkts_total", l, j.rdma.packets_per_s / 4));
+      v.push_back(counter("bpftrain_rdma_port_out_of_seq_request_total", l, j.rdma.loss_per_s / 2));
     }
   }
   return v;

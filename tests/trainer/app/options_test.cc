@@ -234,7 +234,7 @@ TEST(Options, NcclBackendTakesNcclAlgorithmsAndAdaptive) {
   EXPECT_FALSE(parse({"--backend", "nccl", "--topology", "pat"}, {}, e));  // not for allreduce
 }
 
-TEST(Options, IbverbsTransportTakesDevicesAndRefusesUnboundTopologies) {
+TEST(Options, IbverbsTransportTakesDevicesAndEveryTopology) {
   std::string e;
   auto o = parse({"--ranks", "2", "--transport", "ibverbs", "--rdma-device", "rxe0,rxe1",
                   "--gid-index", "1", "--topology", "bcube"},
@@ -243,11 +243,12 @@ TEST(Options, IbverbsTransportTakesDevicesAndRefusesUnboundTopologies) {
   EXPECT_EQ(o->transport, "ibverbs");
   EXPECT_EQ(o->rdma_devices, (std::vector<std::string>{"rxe0", "rxe1"}));
   EXPECT_EQ(o->gid_index, 1);
-  // The default topology (ring) runs on unbound buffers: one line naming those that can run.
-  EXPECT_FALSE(parse({"--ranks", "2", "--transport", "ibverbs"}, {}, e));
-  EXPECT_NE(e.find("halving-doubling or bcube"), std::string::npos) << e;
-  EXPECT_FALSE(
-      parse({"--ranks", "2", "--transport", "ibverbs", "--topology", "hierarchical"}, {}, e));
+  // The ring and hierarchical's leaders run on bound buffers there (BoundRingAllreduce).
+  for (const char* topology : {"ring", "hierarchical", "halving-doubling"}) {
+    auto t = parse({"--ranks", "2", "--transport", "ibverbs", "--topology", topology}, {}, e);
+    ASSERT_TRUE(t) << topology << ": " << e;
+    EXPECT_EQ(topologyName(t->topology), topology);
+  }
   EXPECT_FALSE(parse(
       {"--ranks", "3", "--transport", "ibverbs", "--topology", "bcube", "--rdma-device", "a,b"}, {},
       e));

@@ -559,9 +559,10 @@ TEST(ReceiverSource, TakesVerifiedDecisionsFromTheControlSocket) {
   w.expectRanksAgree();
 }
 
-// Over ibverbs a verified decision for a topology written on unbound buffers would end the job at
-// its first allreduce: rank 0 refuses it (counted, reported once), the job keeps its
-// configuration, and the controller's next decision for a topology that runs is applied.
+// A verified decision for a topology the transport cannot run (every transport runs every
+// topology today; ibverbs once ran only the bound-buffer ones) would end the job at its first
+// allreduce: rank 0 refuses it (counted, reported once), the job keeps its configuration, and the
+// controller's next decision for a topology that runs is applied.
 TEST(ReceiverSource, RefusesATopologyTheTransportCannotRun) {
   const std::string secret = "config-sync-test-secret";
   Verifier verifier("job", secret, 0);
@@ -602,7 +603,8 @@ TEST(ReceiverSource, RefusesATopologyTheTransportCannotRun) {
   w.expectRanksAgree();
 }
 
-// Over ibverbs the transport runs halving-doubling and bcube only: draws never name another.
+// A transport that runs only some topologies (here halving-doubling and bcube): draws never name
+// another.
 TEST(SwitchDraws, DrawOnlyTheTopologiesTheTransportRuns) {
   const uint32_t bound =
       1u << uint32_t(Topology::kHalvingDoubling) | 1u << uint32_t(Topology::kBcube);
