@@ -145,33 +145,15 @@ TEST_F(RdmaGuestTest, TrainsOverIbverbsAcrossTopologySwitches) {
   char store_dir[] = "/tmp/rdma-store-XXXXXX";
   ASSERT_NE(mkdtemp(store_dir), nullptr);
   const std::string log = std::string(store_dir) + ".log";
-  std::vector<std::string> args = {train,
-                                   "--ranks",
-                                   "2",
-                                   "--transport",
-                                   "ibverbs",
-                                   "--rdma-device",
-                                   "rxe0,rxe1",
-                                   "--gid-index",
-                                   "1",
-                                   "--topology",
-                                   "ring",
-                                   "--switch-every",
-                                   "100",
-                                   "--switch-seed",
-                                   "27",
-                                   "--steps",
-                                   "300",
-                                   "--lr",
-                                   "0.1",
-                                   "--eval-every",
-                                   "200",
-                                   "--collector",
-                                   "none",
-                                   "--store",
-                                   store_dir,
-                                   "--data",
-                                   "/numalab/data/digits.csv.gz"};
+  std::vector<std::string> args = {train,         "--ranks",       "2",
+                                   "--transport", "ibverbs",       "--rdma-device",
+                                   "rxe0,rxe1",   "--gid-index",   "1",
+                                   "--topology",  "ring",          "--switch-every",
+                                   "100",         "--switch-seed", "27",
+                                   "--steps",     "300",           "--lr",
+                                   "0.1",         "--eval-every",  "200",
+                                   "--collector", "none",          "--store",
+                                   store_dir,     "--data",        "/numalab/data/digits.csv.gz"};
   const pid_t launcher = spawnLogged(std::move(args), log);
   ASSERT_GT(launcher, 0) << "cannot start " << train;
   // Poll once a second while it trains, as the collector does each window step.
