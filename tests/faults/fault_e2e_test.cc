@@ -472,11 +472,13 @@ TEST(Faults, OverloadedCollectorNeitherSlowsTrainingNorLosesCountOfADatagram) {
       cgroup->throttledPeriods());
 }
 
-// Datagrams per second of the control flood: several times what a controller ever sends (a few a
-// second) and more than one poll per step boundary reads (ControlReceiver::kMaxDatagramsPerPoll),
-// paced so that loopback's per-CPU backlog (netdev_max_backlog, uncounted by the socket) never
-// overflows and the socket's own drop count is the whole loss.
-constexpr int kControlFloodPerSecond = 50000;
+// The control flood: bursts of kControlFloodBurst datagrams every 10 ms, thousands of times what a
+// controller sends (a few a second). A burst is more than the socket buffer holds (~150 of these)
+// and than a step boundary reads (ControlReceiver::kMaxDatagramsPerPoll), so the kernel drops part
+// of every burst whatever the host's load; and less than loopback's per-CPU backlog
+// (netdev_max_backlog, 1000, whose drops the socket would not count), so the socket's own drop
+// count is the whole loss.
+constexpr int kControlFloodBurst = 500;
 
 TEST(Faults, ControlChannelFloodedWithGarbageForgeriesAndReplaysTrainingGoesOnEveryFrameCounted) {
   TempDir dir;
@@ -500,14 +502,27 @@ TEST(Faults, ControlChannelFloodedWithGarbageForgeriesAndReplaysTrainingGoesOnEv
 
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(fd, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(port);
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  auto send = [&](const std::vector<uint8_t>& d) {
-    return sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) ==
+  // The A/A side: a socket nobody reads, to price what the same flood costs this host's kernel
+  // and the sender without the trainer in the loop.
+  const int idle = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(idle, 0);
+  auto loopback = [](uint16_t port_number) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_number);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+  };
+  sockaddr_in idle_at = loopback(0);
+  ASSERT_EQ(bind(idle, reinterpret_cast<sockaddr*>(&idle_at), sizeof(idle_at)), 0);
+  socklen_t idle_len = sizeof(idle_at);
+  ASSERT_EQ(getsockname(idle, reinterpret_cast<sockaddr*>(&idle_at), &idle_len), 0);
+  const sockaddr_in control_at = loopback(port);
+  auto sendTo = [&](const std::vector<uint8_t>& d, const sockaddr_in& to) {
+    return sendto(fd, d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) ==
            ssize_t(d.size());
   };
+  auto send = [&](const std::vector<uint8_t>& d) { return sendTo(d, control_at); };
   // A decision accepted before the flood: its replays are part of the flood.
   const auto first =
       testing::signedDecision("flood", 1, Topology::kHalvingDoubling, PinMode::kNone, secret);
@@ -534,44 +549,60 @@ TEST(Faults, ControlChannelFloodedWithGarbageForgeriesAndReplaysTrainingGoesOnEv
   kinds.push_back(testing::signedDecision("flood", 9, Topology::kRing, PinMode::kNone, "forged"));
   kinds.push_back(testing::signedDecision("other", 9, Topology::kRing, PinMode::kNone, secret));
   kinds.push_back(first);  // replays
-  uint64_t sent = 0;
-  const double during = rate([&] {
-    std::thread flood([&] {
+  // 2 s of flood towards `to`; returns the datagrams sent.
+  auto flood = [&](const sockaddr_in& to) {
+    uint64_t n = 0;
+    std::thread sender([&] {
       setpriority(PRIO_PROCESS, 0, 19);  // this thread only (Linux: a tid is a process id here)
       const auto start = Clock::now();
       for (int tick = 0; Clock::now() - start < 2s; ++tick) {
-        for (int i = 0; i < kControlFloodPerSecond / 1000; ++i)
-          sent += send(kinds[(tick * 7 + i) % kinds.size()]);
-        std::this_thread::sleep_until(start + std::chrono::milliseconds(tick + 1));
+        for (int i = 0; i < kControlFloodBurst; ++i)
+          n += sendTo(kinds[(tick * 7 + i) % kinds.size()], to);
+        std::this_thread::sleep_until(start + std::chrono::milliseconds(10 * (tick + 1)));
       }
     });
-    flood.join();
-  });
-  // One last garbage datagram after the flood carries the socket's final drop count.
-  sent += send({0xde, 0xad});
-  // A new decision still gets through, and is applied by both ranks.
-  ASSERT_TRUE(send(testing::signedDecision("flood", 2, Topology::kBcube, PinMode::kNone, secret)));
-  ASSERT_TRUE(p.waitFor("rank 1: applied epoch 2", 30s)) << p.out << p.err;
-  close(fd);
-
-  // Every datagram of the flood was refused by rank 0 or dropped by its socket, and counted.
+    sender.join();
+    return n;
+  };
+  const double baseline = rate([&] { flood(idle_at); });
+  close(idle);
+  uint64_t sent = 0;
+  const double during = rate([&] { sent = flood(control_at); });
+  // Every datagram of the flood was refused by rank 0 or dropped by its socket, and counted. The
+  // socket's drop count rides on the next datagram it receives, and one sent while the buffer
+  // is still full is dropped itself: one garbage datagram, then another if the counts do not add
+  // up within 3 s (telemetry reports drops once a second).
   const std::string rejected_key = "bpftrain_control_rejected_total{job=\"flood\",rank=\"0\"}";
   const std::string dropped_key = "bpftrain_control_dropped_total{job=\"flood\",rank=\"0\"}";
   auto counted = [&](const CollectorProcess::Metrics& mm) {
     return std::max(valueOf(mm, rejected_key), 0.0) + std::max(valueOf(mm, dropped_key), 0.0);
   };
-  m = c.scrapeUntil([&](const auto& mm) { return counted(mm) >= double(sent); });
+  for (int tail = 0; tail < 5; ++tail) {
+    sent += send({0xde, 0xad});
+    m = c.scrapeUntil([&](const auto& mm) { return counted(mm) >= double(sent); }, 3s);
+    if (counted(m) >= double(sent)) break;
+  }
   EXPECT_EQ(counted(m), double(sent)) << "rejected " << valueOf(m, rejected_key) << " dropped "
                                       << valueOf(m, dropped_key) << " of " << sent << " sent";
+  // A new decision still gets through, and is applied by both ranks.
+  ASSERT_TRUE(send(testing::signedDecision("flood", 2, Topology::kBcube, PinMode::kNone, secret)));
+  ASSERT_TRUE(p.waitFor("rank 1: applied epoch 2", 30s)) << p.out << p.err;
+  close(fd);
   // Training went on: a boundary that waited on the flood would stop the steps for as long as
-  // it lasted. Half the pace is the bound: the flood's sender and rank 0's refusals take CPU
-  // from two ranks on this 2-core host.
-  EXPECT_GT(during, 0.5 * before) << "steps/s " << before << " before, " << during << " during";
+  // it lasted. The flood itself costs this 2-core host's kernel and sender CPU whoever its
+  // target (on a quiet host a 0.4 ms step ran at x0.38 of its pace under 50,000 datagrams/s), so
+  // the pace is judged against the same flood aimed at a socket nobody reads. A boundary that
+  // waited for the flood to end would show next to no steps; what rank 0's reading and refusing
+  // adds (at most kMaxDatagramsPerPoll per boundary) measured x0.26-1.18 of that pace with CI's
+  // compiler loading both cores, so a fifth is the bound.
+  EXPECT_GT(during, 0.2 * baseline) << "steps/s " << before << " before, " << baseline
+                                    << " under the flood elsewhere, " << during << " during";
   std::printf(
       "control flood: %llu datagrams in 2 s (%d kinds: garbage, forged, wrong job, replays): "
-      "%.0f refused + %.0f dropped by the kernel; steps/s %.0f before, %.0f during (x%.2f)\n",
+      "%.0f refused + %.0f dropped by the kernel; steps/s %.0f before, %.0f under the same flood "
+      "to an unread socket, %.0f during (x%.2f of that)\n",
       (unsigned long long)sent, int(kinds.size()), valueOf(m, rejected_key),
-      std::max(valueOf(m, dropped_key), 0.0), before, during, during / before);
+      std::max(valueOf(m, dropped_key), 0.0), before, baseline, during, during / baseline);
   kill(p.pid(), SIGTERM);
   EXPECT_EQ(p.exitCode(30s), 128 + SIGTERM);
 }

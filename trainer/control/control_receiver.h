@@ -32,9 +32,10 @@ class ControlReceiver {
   // read (SO_RXQ_OVFL rides on received datagrams).
   uint64_t kernelDrops() const { return kernel_drops_; }
 
-  // 256 garbage datagrams cost ~0.3 ms to read and refuse; a sustained flood beyond 256 per step
-  // ends in kernel drops, counted.
-  static constexpr int kMaxDatagramsPerPoll = 256;
+  // A controller sends a few frames a second. 32 datagrams cost a boundary some 50 us to read and
+  // refuse (a step here takes 0.4 ms at the least); a flood beyond 32 per step ends in kernel
+  // drops, counted.
+  static constexpr int kMaxDatagramsPerPoll = 32;
 
  private:
   Verifier& verifier_;
