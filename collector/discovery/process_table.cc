@@ -8,7 +8,10 @@
 #include <charconv>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
+
+#include "common/proc_stat.h"
 
 namespace bpftrain::collector::discovery {
 namespace {
@@ -33,27 +36,15 @@ bool ProcessTable::readStat(pid_t pid, ProcessInfo& out) const {
   const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
   ::close(fd);
   if (n <= 0) return false;
-  // "PID (COMM) STATE PPID ... STARTTIME ...": COMM may hold spaces and parentheses, so fields
-  // are counted from the last ')'.
-  std::string_view s(buf, size_t(n));
-  const size_t close = s.rfind(')');
-  if (close == std::string_view::npos) return false;
-  s.remove_prefix(close + 1);
-  // After ')': field 3 (state) is the first; ppid is field 4, starttime field 22.
-  int field = 2;
+  // "PID (COMM) STATE PPID ... STARTTIME ...": ppid is field 4, starttime field 22.
+  const std::string_view s(buf, size_t(n));
+  const std::optional<std::string_view> ppid_text = procStatField(s, 4);
+  const std::optional<std::string_view> start_text = procStatField(s, 22);
   uint64_t ppid = 0, start = 0;
-  bool have_ppid = false, have_start = false;
-  while (!s.empty() && !have_start) {
-    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-    const size_t end = std::min(s.find(' '), s.size());
-    const std::string_view token = s.substr(0, end);
-    s.remove_prefix(end);
-    ++field;
-    if (field == 4) have_ppid = std::from_chars(token.begin(), token.end(), ppid).ec == std::errc();
-    if (field == 22)
-      have_start = std::from_chars(token.begin(), token.end(), start).ec == std::errc();
-  }
-  if (!have_ppid || !have_start) return false;
+  if (!ppid_text || !start_text ||
+      std::from_chars(ppid_text->begin(), ppid_text->end(), ppid).ec != std::errc() ||
+      std::from_chars(start_text->begin(), start_text->end(), start).ec != std::errc())
+    return false;
   out.pid = pid;
   out.ppid = pid_t(ppid);
   out.start_ticks = start;

@@ -21,6 +21,7 @@
 #include "bpf/faults.h"
 #include "collector/loader/host_facts.h"
 #include "collector/loader/probe_module.h"
+#include "common/proc_stat.h"
 #include "faults.skel.h"
 
 namespace bpftrain::collector::loader::probes::faults {
@@ -149,26 +150,17 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
 }  // namespace
 
 std::optional<uint64_t> parseStatFaults(std::string_view stat) {
-  const size_t comm_end = stat.rfind(')');
-  if (comm_end == std::string_view::npos) return std::nullopt;
-  std::string_view rest = stat.substr(comm_end + 1);
-  // Fields after the command: state(3) ppid pgrp session tty_nr tpgid flags minflt(10) cminflt
-  // majflt(12).
-  uint64_t minflt = 0, majflt = 0;
-  for (int field = 3; field <= 12; ++field) {
-    const size_t start = rest.find_first_not_of(' ');
-    if (start == std::string_view::npos) return std::nullopt;
-    rest.remove_prefix(start);
-    const size_t end = std::min(rest.find(' '), rest.size());
-    if (field == 10 || field == 12) {
-      uint64_t value = 0;
-      const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + end, value);
-      if (ec != std::errc() || ptr != rest.data() + end) return std::nullopt;
-      (field == 10 ? minflt : majflt) = value;
-    }
-    rest.remove_prefix(end);
+  // minflt is field 10, majflt field 12 (cminflt between them counts children).
+  uint64_t total = 0;
+  for (int field : {10, 12}) {
+    const std::optional<std::string_view> text = procStatField(stat, field);
+    if (!text) return std::nullopt;
+    uint64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+    if (ec != std::errc() || ptr != text->data() + text->size()) return std::nullopt;
+    total += value;
   }
-  return minflt + majflt;
+  return total;
 }
 
 BPFTRAIN_PROBE_MODULE(kProbes, load)
