@@ -27,10 +27,14 @@ BPFTRAIN_EMPTY(tcp_sendmsg_locked)
 BPFTRAIN_EMPTY(tcp_probe)
 BPFTRAIN_EMPTY(tcp_retransmit_skb)
 
-/* Ways to find the running task's slot, priced on page_fault_user (bpftrain-probe-bench
- * --variants), each with a per-slot counter as a probe has:
- *  - slot_memo: what the probes do (target.bpf.h): bpf_get_current_pid_tgid(), the per-CPU memo,
- *    the tgid hash on a miss;
+/* Ways to find a task's slot, priced (bpftrain-probe-bench --variants), each with a per-slot
+ * counter as a probe has, on page_fault_user (the running task) and sched_migrate_task (the task
+ * argument):
+ *  - slot_table / migrate_table: what the probes do (target.bpf.h): the tgid through the task
+ *    pointer, one byte of the tgid table;
+ *  - slot_memo / migrate_memo: the design before it, kept here as the comparison: the tgid from
+ *    bpf_get_current_pid_tgid() (page faults) or the task, a per-CPU memo of the last tgid looked
+ *    up, a hash lookup on a miss;
  *  - slot_task_storage: the slot in the task's local storage (BPF_MAP_TYPE_TASK_STORAGE), which
  *    user space fills per thread through a pidfd; a task without storage is no target. */
 BPFTRAIN_COUNTS_MAP(__u64);
@@ -42,18 +46,68 @@ struct {
   __type(value, __u32);
 } task_slots SEC(".maps");
 
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 4096);
+  __type(key, __u32);   /* tgid */
+  __type(value, __u32); /* slot */
+} memo_tgids SEC(".maps");
+
+/* [generation:32][slot+1:9][tgid:23], one store so that a nested program never tears it. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64);
+} memo SEC(".maps");
+
+volatile __u32 memo_generation SEC(".data.memo") = 1;
+
+static __always_inline int memoSlot(__u32 tgid) {
+  if (tgid == 0 || tgid >= (1u << 23)) return -1;
+  __u32 zero = 0;
+  __u64* entry = bpf_map_lookup_elem(&memo, &zero);
+  const __u64 generation = memo_generation;
+  if (entry && (*entry & 0x7fffff) == tgid && (*entry >> 32) == generation)
+    return (int)((*entry >> 23) & 0x1ff) - 1;
+  __u32* slot = bpf_map_lookup_elem(&memo_tgids, &tgid);
+  int found = slot ? (int)*slot : -1;
+  if (entry) *entry = (generation << 32) | ((__u64)(found + 1) << 23) | tgid;
+  return found;
+}
+
+static __always_inline void countSlot(int slot) {
+  __u64* c = slotCounts(&counts, slot);
+  if (c) (*c)++;
+}
+
+SEC("tp_btf/page_fault_user")
+int slot_table(void* ctx) {
+  countSlot(currentSlot());
+  return 0;
+}
+
 SEC("tp_btf/page_fault_user")
 int slot_memo(void* ctx) {
-  __u64* c = slotCounts(&counts, currentSlot());
-  if (c) (*c)++;
+  countSlot(memoSlot(bpf_get_current_pid_tgid() >> 32));
   return 0;
 }
 
 SEC("tp_btf/page_fault_user")
 int slot_task_storage(void* ctx) {
   __u32* slot = bpf_task_storage_get(&task_slots, bpf_get_current_task_btf(), 0, 0);
-  if (!slot) return 0;
-  __u64* c = slotCounts(&counts, *slot);
-  if (c) (*c)++;
+  if (slot) countSlot(*slot);
+  return 0;
+}
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(migrate_table, struct task_struct* task) {
+  countSlot(taskSlot(task));
+  return 0;
+}
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(migrate_memo, struct task_struct* task) {
+  countSlot(memoSlot(task->tgid));
   return 0;
 }

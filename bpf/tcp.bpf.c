@@ -55,8 +55,17 @@ int BPF_PROG(on_tcp_sendmsg, struct sock* sk) {
   return 0;
 }
 
+/* A socket that carries no local storage of any map (most sockets on a host: no target ever sent
+ * on them) is told by one load of the socket's own pointer, before the storage lookup, which is a
+ * helper call. */
+static __always_inline bool mayHaveOwner(struct sock* sk) {
+  if (!bpf_core_field_exists(sk->sk_bpf_storage)) return true;
+  return sk->sk_bpf_storage != 0;
+}
+
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(on_tcp_probe, struct sock* sk) {
+  if (!mayHaveOwner(sk)) return 0;
   struct tcp_owner* owner = bpf_sk_storage_get(&owners, sk, 0, 0);
   if (!owner) return 0;
   __u64 now = bpf_ktime_get_ns();
@@ -95,6 +104,7 @@ int BPF_PROG(on_tcp_probe, struct sock* sk) {
 
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(on_tcp_retransmit, struct sock* sk) {
+  if (!mayHaveOwner(sk)) return 0;
   struct tcp_owner* owner = bpf_sk_storage_get(&owners, sk, 0, 0);
   if (!owner) return 0;
   struct tcp_counts* c = slotCounts(&counts, owner->slot);

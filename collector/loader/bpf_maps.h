@@ -3,8 +3,7 @@
 // Status from the libbpf check (libbpf_check.h).
 //   PerCpuArray<T>   a skeleton's BPF_MAP_TYPE_PERCPU_ARRAY of T (the `lost` map)
 //   PerCpuCounters   a skeleton's per-slot counter block: `counts`, whose value is a struct of u64
-//   HashMap<K, V>    a map the loader creates and shares across objects (the target maps)
-//   SectionValue<T>  a skeleton's one-value data section (.data.targets' generation)
+//   HashMap<K, V>    a map the loader creates and shares across objects (the cgroup targets)
 //   RingReader<S>    a BPF_MAP_TYPE_RINGBUF of records S, each delivered to handler->onSample(s)
 #pragma once
 
@@ -179,29 +178,6 @@ class HashMap {
 
  private:
   UniqueFd fd_;
-};
-
-// A data section holding one variable (e.g. `.data.targets` with targets_generation).
-template <typename T>
-class SectionValue {
- public:
-  SectionValue() = default;
-  static Result<SectionValue> bind(const bpf_map* map) {
-    BPFTRAIN_TRY(detail::expectMap(map, BPF_MAP_TYPE_ARRAY, sizeof(uint32_t), sizeof(T)));
-    SectionValue out;
-    out.map_ = map;
-    return out;
-  }
-  bool bound() const { return map_ != nullptr; }
-  Status set(const T& value) const {
-    const uint32_t key = 0;
-    return check(std::string("writing ") + bpf_map__name(map_), [&] {
-      return bpf_map__update_elem(map_, &key, sizeof(key), &value, sizeof(value), BPF_ANY);
-    });
-  }
-
- private:
-  const bpf_map* map_ = nullptr;
 };
 
 // A ring buffer of fixed-size records, each delivered to handler->onSample(const Sample&) on

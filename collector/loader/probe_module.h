@@ -2,8 +2,8 @@
 // libbpf-tools: the probes users see (names, programs, source), the object's read-only
 // configuration, open/load/attach, what each u64 of its per-slot counter struct means, its ring
 // buffer handler and which probe its lost events belong to. ProbeService keeps what is common:
-// lifecycle, targets (slots, target maps, generations), bpf_stats, --list-probes and reading the
-// counters. A module is collector/loader/probes/<stem>.cc plus its line in the module list
+// lifecycle, targets (slots, the tgid table and cgroup map), bpf_stats, --list-probes and reading
+// the counters. A module is collector/loader/probes/<stem>.cc plus its line in the module list
 // (collector/loader/CMakeLists.txt); docs/architecture.md "Adding a probe" walks through one.
 #pragma once
 
@@ -23,6 +23,7 @@
 #include "collector/loader/bpf_maps.h"
 #include "collector/loader/libbpf_check.h"
 #include "collector/loader/probe_service.h"
+#include "collector/loader/tgid_slot_table.h"
 #include "collector/window/series_store.h"
 #include "common/metric_catalogue.h"
 
@@ -100,7 +101,7 @@ class SlotSeries {
 struct ProbeEnv {
   const ProbeOptions& options;
   int ncpus;
-  const HashMap<uint32_t, uint32_t>& target_tgids;  // shared into every object
+  const TgidSlotTable& target_tgids;  // shared into every object
   const HashMap<uint64_t, uint32_t>& target_cgroups;
 };
 
@@ -163,7 +164,7 @@ class ProbeObject {
     object_ = skel->obj;
     skel->rodata->target_all = env.options.all_processes;
     skel->rodata->target_by_cgroup = !env.options.cgroups.empty();
-    return prepare(skel->maps.target_tgids, skel->maps.target_cgroups, defs, env, notes);
+    return prepare(skel->maps.target_tgid_slots, skel->maps.target_cgroups, defs, env, notes);
   }
   template <typename Skel>
   Status loadSkeleton(Skel* skel, const SkeletonOps<Skel>& ops) {

@@ -62,7 +62,6 @@ struct Loaded {
   const ProbeModule* module = nullptr;
   size_t first_probe = 0;
   std::unique_ptr<ProbeObject> object;  // null: the module did not load (its probes say why)
-  SectionValue<uint32_t> generation;    // .data.targets: bumped after each target change
   std::vector<uint64_t> totals;         // [word] this poll
   std::vector<uint64_t> prev;           // [slot * words + word]
   std::vector<SeriesId> ids;            // [slot * words + word]
@@ -118,7 +117,6 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
 
   void syncTargets(const std::vector<ingest::Sender>& senders);
   void releaseSlot(size_t index);
-  void publishTargets();
   void assignSlot(size_t index, const std::string& key, const WantedTarget& target);
   void addTgid(size_t index, uint32_t tgid);
   void removeTgid(size_t index, uint32_t tgid);
@@ -154,7 +152,7 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
   int writer_;
   int ncpus_ = 0;
   UniqueFd stats_fd_;
-  HashMap<uint32_t, uint32_t> target_tgids_;
+  TgidSlotTable target_tgids_;
   HashMap<uint64_t, uint32_t> target_cgroups_;
   std::vector<Loaded> loaded_;
   std::vector<Probe> probes_;
@@ -170,7 +168,6 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
   int64_t untraced_logged_ns_ = 0;
   uint64_t targets_dropped_ = 0, targets_dropped_reported_ = 0;
   SeriesId targets_dropped_id_ = kUnset;
-  uint32_t generation_ = 1;  // the objects' initial targets_generation
 };
 
 void ProbeServiceImpl::markDown(Probe& probe, std::string reason) {
@@ -233,7 +230,7 @@ void ProbeServiceImpl::init() {
     else
       std::fprintf(stderr, "bpftrain: %s: probe run time not exported\n", stats.message().c_str());
   }
-  auto tgids = HashMap<uint32_t, uint32_t>::create("bt_tgids", BPFTRAIN_MAX_TARGET_PIDS);
+  auto tgids = TgidSlotTable::create();
   auto cgroups = HashMap<uint64_t, uint32_t>::create("bt_cgroups", BPFTRAIN_MAX_TARGET_CGROUPS);
   for (const Status* failed : {&tgids.status(), &cgroups.status()})
     if (!failed->ok()) {
@@ -256,17 +253,6 @@ void ProbeServiceImpl::loadModules(const ProbeEnv& env) {
     Status status = result.ok() ? Status{} : result.status();
     if (result.ok()) {
       loaded.object = result.take();
-      // Objects memoize tgid -> slot per CPU; a new generation makes them look again.
-      if (const bpf_map* map =
-              loaded.object->object()
-                  ? bpf_object__find_map_by_name(loaded.object->object(), ".data.targets")
-                  : nullptr) {
-        auto generation = SectionValue<uint32_t>::bind(map);
-        if (generation.ok())
-          loaded.generation = generation.take();
-        else
-          status = generation.status();
-      }
       const size_t words = loaded.object->counters().words();
       loaded.totals.assign(words, 0);
       loaded.prev.assign(BPFTRAIN_MAX_SLOTS * words, 0);
@@ -387,17 +373,6 @@ void ProbeServiceImpl::syncTargets(const std::vector<ingest::Sender>& senders) {
       untraced_logged_ns_ = poll_now_ns_;
     }
   }
-  publishTargets();
-}
-
-void ProbeServiceImpl::publishTargets() {
-  ++generation_;
-  for (auto& loaded : loaded_) {
-    if (!loaded.object || !loaded.generation.bound()) continue;
-    // An object that misses a generation would keep counting old targets: its probes go down.
-    if (Status status = loaded.generation.set(generation_); !status.ok())
-      failModule(loaded, status);
-  }
 }
 
 void ProbeServiceImpl::dropTarget(const std::string& what, const Status& status) {
@@ -412,10 +387,8 @@ void ProbeServiceImpl::releaseSlot(size_t index) {
   bool clean = true;  // nothing of the old target is left in the maps
   for (uint32_t tgid : slot.tgids) {
     // Several senders can share a process (simulated ranks): only remove our own entry.
-    uint32_t owner = 0;
-    Status status = target_tgids_.lookup(tgid, owner);
-    if (status.ok() && owner == slot_key) status = target_tgids_.erase(tgid);
-    if (!status.ok() && status.err() != ENOENT) {
+    Status status = target_tgids_.slotOf(tgid) == slot_key ? target_tgids_.erase(tgid) : Status{};
+    if (!status.ok()) {
       dropTarget("pid " + std::to_string(tgid) + " may still count as " + slot.key, status);
       clean = false;
     }
@@ -490,10 +463,10 @@ void ProbeServiceImpl::addTgid(size_t index, uint32_t tgid) {
 
 void ProbeServiceImpl::removeTgid(size_t index, uint32_t tgid) {
   Slot& slot = slots_[index];
-  uint32_t owner = 0;
-  Status status = target_tgids_.lookup(tgid, owner);
-  if (status.ok() && owner == static_cast<uint32_t>(index)) status = target_tgids_.erase(tgid);
-  if (!status.ok() && status.err() != ENOENT)
+  Status status = target_tgids_.slotOf(tgid) == static_cast<uint32_t>(index)
+                      ? target_tgids_.erase(tgid)
+                      : Status{};
+  if (!status.ok())
     dropTarget("pid " + std::to_string(tgid) + " may still count as " + slot.key, status);
   slot.target_links.erase(tgid);
   for (auto& loaded : loaded_)

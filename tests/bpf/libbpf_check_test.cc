@@ -8,6 +8,7 @@
 #include "bpf/migrations.h"
 #include "bpf/tlb.h"
 #include "collector/loader/bpf_maps.h"
+#include "collector/loader/tgid_slot_table.h"
 #include "tlb.skel.h"
 
 namespace bpftrain::collector::loader {
@@ -74,10 +75,10 @@ TEST(BpfMapsTest, BindingChecksTheStructAgainstTheObjectsMap) {
                 ", the loader expects 4/" + std::to_string(sizeof(migration_counts))),
             std::string::npos)
       << wrong.status().message();
-  // A counter block is not a data section.
-  auto section = SectionValue<uint32_t>::bind(tlb.skel->maps.counts);
-  EXPECT_FALSE(section.ok());
-  EXPECT_NE(section.status().message().find("has type"), std::string::npos);
+  // A counter block is not the tgid table (checked before anything is created or shared).
+  const Status shared = TgidSlotTable().reuseIn(tlb.skel->maps.counts);
+  EXPECT_FALSE(shared.ok());
+  EXPECT_NE(shared.message().find("has type"), std::string::npos) << shared.message();
   EXPECT_FALSE(PerCpuArray<uint64_t>::bind(nullptr, 2).ok());
 }
 

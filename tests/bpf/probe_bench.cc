@@ -33,6 +33,7 @@
 #include "bench_empty.skel.h"
 #include "collector/ingest/sender_registry.h"
 #include "collector/loader/probe_service.h"
+#include "collector/loader/tgid_slot_table.h"
 #include "collector/window/series_store.h"
 #include "common/clock.h"
 #include "tests/bpf/workloads.h"
@@ -41,6 +42,8 @@
 namespace {
 
 using namespace bpftrain;
+using collector::loader::Status;
+using collector::loader::TgidSlotTable;
 using Clock = std::chrono::steady_clock;
 
 struct ProgStats {
@@ -195,52 +198,84 @@ class Bpftrace {
   ProgStats baseline_;
 };
 
-// --variants: ways to find the running task's slot (bpf/bench_empty.bpf.c), each with a counter,
-// on page_fault_user during the fault storm, against the empty program there, interleaved, with
-// this thread a target (slot 1) and then not.
-int slotVariants(bench_empty_bpf* empty, int reps, int scale) {
+// --variants: ways to find a task's slot (bpf/bench_empty.bpf.c), each with a counter, against
+// the empty program on the same tracepoint, interleaved: on page_fault_user during the fault storm
+// and on sched_migrate_task during forced migrations, with this process a target (slot 1) and
+// then not.
+struct VariantGroup {
+  const char* workload;
+  std::vector<bpf_program*> progs;  // the empty program first
+  std::function<void()> run;
+};
+
+int slotVariants(bench_empty_bpf* empty, TgidSlotTable& table, int reps, int scale) {
   const uint32_t tgid = static_cast<uint32_t>(getpid()), slot = 1;
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, getpid(), 0));  // this (main) thread
   if (pidfd < 0) {
     std::fprintf(stderr, "pidfd_open: %s\n", std::strerror(errno));
     return 1;
   }
-  const int tgids = bpf_map__fd(empty->maps.target_tgids);
+  const int memo_tgids = bpf_map__fd(empty->maps.memo_tgids);
   const int tasks = bpf_map__fd(empty->maps.task_slots);
-  bpf_program* const progs[] = {empty->progs.empty_page_fault_user, empty->progs.slot_memo,
-                                empty->progs.slot_task_storage};
-  std::printf("%-20s %-8s %10s %10s %8s\n", "variant", "task", "runs", "ns/run", "x empty");
+  const VariantGroup groups[] = {
+      {"page-fault storm",
+       {empty->progs.empty_page_fault_user, empty->progs.slot_table, empty->progs.slot_memo,
+        empty->progs.slot_task_storage},
+       [&] {
+         for (int i = 0; i < 40 / scale; ++i) tests::bpf::touchFreshPages(10000);
+       }},
+      {"forced migrations",
+       {empty->progs.empty_sched_migrate_task, empty->progs.migrate_table,
+        empty->progs.migrate_memo},
+       [&] {
+         tests::bpf::migrateSelf(20000 / scale);
+         cpu_set_t all;
+         CPU_ZERO(&all);
+         for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+         sched_setaffinity(0, sizeof(all), &all);
+       }},
+  };
+  std::printf("%-20s %-18s %-8s %10s %10s %8s\n", "variant", "workload", "task", "runs", "ns/run",
+              "x empty");
   for (const bool target : {true, false}) {
     if (target) {
-      bpf_map_update_elem(tgids, &tgid, &slot, BPF_ANY);
+      if (Status status = table.insert(tgid, slot, /*only_new=*/false); !status.ok()) {
+        std::fprintf(stderr, "%s\n", status.message().c_str());
+        return 1;
+      }
+      bpf_map_update_elem(memo_tgids, &tgid, &slot, BPF_ANY);
       bpf_map_update_elem(tasks, &pidfd, &slot, BPF_ANY);
     } else {
-      bpf_map_delete_elem(tgids, &tgid);
+      (void)table.erase(tgid);
+      bpf_map_delete_elem(memo_tgids, &tgid);
       bpf_map_delete_elem(tasks, &pidfd);
     }
-    ++empty->data_targets->targets_generation;  // the memo looks again
-    ProgStats sum[3];
-    for (int r = 0; r < reps; ++r)
-      for (size_t v = 0; v < 3; ++v) {
-        bpf_link* link = bpf_program__attach(progs[v]);
-        if (!link) {
-          std::fprintf(stderr, "cannot attach %s\n", bpf_program__name(progs[v]));
-          return 1;
+    ++empty->data_memo->memo_generation;  // the memo looks again
+    for (const VariantGroup& group : groups) {
+      std::vector<ProgStats> sum(group.progs.size());
+      for (int r = 0; r < reps; ++r)
+        for (size_t v = 0; v < group.progs.size(); ++v) {
+          bpf_link* link = bpf_program__attach(group.progs[v]);
+          if (!link) {
+            std::fprintf(stderr, "cannot attach %s\n", bpf_program__name(group.progs[v]));
+            return 1;
+          }
+          const ProgStats before = progStats(group.progs[v]);
+          group.run();
+          const ProgStats after = progStats(group.progs[v]);
+          bpf_link__destroy(link);
+          sum[v].run_ns += after.run_ns - before.run_ns;
+          sum[v].run_cnt += after.run_cnt - before.run_cnt;
         }
-        const ProgStats before = progStats(progs[v]);
-        for (int i = 0; i < 40 / scale; ++i) tests::bpf::touchFreshPages(10000);
-        const ProgStats after = progStats(progs[v]);
-        bpf_link__destroy(link);
-        sum[v].run_ns += after.run_ns - before.run_ns;
-        sum[v].run_cnt += after.run_cnt - before.run_cnt;
-      }
-    auto per = [&](size_t v) {
-      return sum[v].run_cnt ? double(sum[v].run_ns) / sum[v].run_cnt : 0;
-    };
-    for (size_t v = 0; v < 3; ++v)
-      std::printf("%-20s %-8s %10llu %10.1f %8.2f\n", bpf_program__name(progs[v]),
-                  target ? "target" : "other", static_cast<unsigned long long>(sum[v].run_cnt),
-                  per(v), per(0) > 0 ? per(v) / per(0) : 0.0);
+      auto per = [&](size_t v) {
+        return sum[v].run_cnt ? double(sum[v].run_ns) / sum[v].run_cnt : 0;
+      };
+      for (size_t v = 0; v < group.progs.size(); ++v)
+        std::printf("%-20s %-18s %-8s %10llu %10.1f %8.2f\n", bpf_program__name(group.progs[v]),
+                    group.workload, target ? "target" : "other",
+                    static_cast<unsigned long long>(sum[v].run_cnt), per(v),
+                    per(0) > 0 ? per(v) / per(0) : 0.0);
+    }
   }
   close(pidfd);
   return 0;
@@ -288,14 +323,24 @@ int main(int argc, char** argv) {
   const int stats_fd = stats ? bpf_enable_stats(BPF_STATS_RUN_TIME) : -1;
   if (stats && stats_fd < 0) std::fprintf(stderr, "bpf_stats unavailable: no per-event cost\n");
   const int scale = quick ? 10 : 1;
-  bench_empty_bpf* empty = bench_empty_bpf__open_and_load();
+  auto table = TgidSlotTable::create();
+  if (!table.ok()) {
+    std::fprintf(stderr, "bpftrain-probe-bench: %s\n", table.status().message().c_str());
+    return 1;
+  }
+  bench_empty_bpf* empty = bench_empty_bpf__open();
+  if (empty && (!table.value().reuseIn(empty->maps.target_tgid_slots).ok() ||
+                bench_empty_bpf__load(empty) != 0)) {
+    bench_empty_bpf__destroy(empty);
+    empty = nullptr;
+  }
   if (!empty) {
     std::fprintf(stderr, "bpftrain-probe-bench: cannot load bench_empty.bpf.o: %s\n",
                  std::strerror(errno));
     return 1;
   }
   if (variants) {
-    const int status = slotVariants(empty, reps, scale);
+    const int status = slotVariants(empty, table.value(), reps, scale);
     bench_empty_bpf__destroy(empty);
     if (stats_fd >= 0) close(stats_fd);
     return status;

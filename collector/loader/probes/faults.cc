@@ -47,7 +47,7 @@ std::optional<uint64_t> readFaults(const UniqueFd& fd) {
 
 class Object final : public ProbeObject {
  public:
-  Object(const HashMap<uint32_t, uint32_t>& target_tgids, bool fault_program)
+  Object(const TgidSlotTable& target_tgids, bool fault_program)
       : target_tgids_(target_tgids), fault_program_(fault_program) {}
 
   Status attach(size_t probe, const ProbeDef& def) override {
@@ -56,11 +56,11 @@ class Object final : public ProbeObject {
     return {};
   }
 
-  // The service has just put `tgid` in the target map; its value is the slot (the first sender's
-  // when several announce the same process). Faults from now on count.
+  // The service has just put `tgid` in the target table; its value is the slot (the first
+  // sender's when several announce the same process). Faults from now on count.
   Status attachTarget(uint32_t tgid, std::vector<LinkPtr>&) override {
-    uint32_t slot = 0;
-    if (!from_proc_ || !target_tgids_.lookup(tgid, slot).ok()) return {};
+    const uint32_t slot = target_tgids_.slotOf(tgid);
+    if (!from_proc_ || slot == 0) return {};
     std::vector<Process>& processes = slots_[slot].processes;
     for (const Process& p : processes)
       if (p.tgid == tgid) return {};
@@ -123,7 +123,7 @@ class Object final : public ProbeObject {
     window::SeriesId id = window::kRejectedSeries - 1;  // unset
   };
 
-  const HashMap<uint32_t, uint32_t>& target_tgids_;
+  const TgidSlotTable& target_tgids_;
   const bool fault_program_;  // --cgroup or --all: their slots count with the BPF program
   bool from_proc_ = false;    // page_faults attached: read the targets' stat files
   std::map<uint32_t, SlotFaults> slots_;

@@ -91,17 +91,16 @@ std::string kprobeUnavailable() {
 
 class Object final : public ProbeObject {
  public:
-  explicit Object(const HashMap<uint32_t, uint32_t>& target_tgids) : target_tgids_(target_tgids) {}
+  explicit Object(const TgidSlotTable& target_tgids) : target_tgids_(target_tgids) {}
 
   Status attach(size_t probe, const ProbeDef& def) override {
     if (probe == kLocality) return {};  // nothing to attach: read from /proc each step
     return ProbeObject::attach(probe, def);
   }
 
-  // The service has just put `tgid` in the target map; its value is the slot.
+  // The service has just put `tgid` in the target table; its value is the slot.
   Status attachTarget(uint32_t tgid, std::vector<LinkPtr>&) override {
-    uint32_t slot = 0;
-    if (target_tgids_.lookup(tgid, slot).ok()) tgids_[slot].insert(tgid);
+    if (const uint32_t slot = target_tgids_.slotOf(tgid)) tgids_[slot].insert(tgid);
     return {};
   }
 
@@ -142,7 +141,7 @@ class Object final : public ProbeObject {
     ::closedir(dir);
   }
 
-  const HashMap<uint32_t, uint32_t>& target_tgids_;
+  const TgidSlotTable& target_tgids_;
   bool locality_up_ = false;
   std::map<uint32_t, std::set<uint32_t>> tgids_;  // slot -> its processes
   std::map<uint32_t, window::SeriesId> ids_;      // slot -> its gauge
