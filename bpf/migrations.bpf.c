@@ -1,5 +1,5 @@
 // Task migrations of target processes: cross-CPU (same LLC), cross-LLC or cross-node, using the
-// CPU->LLC and CPU->node tables the loader fills from sysfs before load.
+// CPU->(node, LLC) table the loader fills from sysfs before load.
 // clang-format off
 #include "vmlinux.h"  // first: the types every header below uses
 // clang-format on
@@ -15,8 +15,9 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-const volatile __u32 cpu_llc[BPFTRAIN_MAX_CPUS] = {};
-const volatile __u32 cpu_node[BPFTRAIN_MAX_CPUS] = {};
+/* Per CPU, node << 16 | LLC index (the loader numbers LLCs densely): one table, so a migration
+ * reads one cache line of it for both CPUs where two tables cost two. */
+const volatile __u32 cpu_domain[BPFTRAIN_MAX_CPUS] = {};
 
 BPFTRAIN_COUNTS_MAP(struct migration_counts);
 
@@ -46,11 +47,12 @@ int BPF_PROG(on_migrate_task, struct task_struct* task, int dest_cpu) {
   barrier_var(to);
   from &= BPFTRAIN_MAX_CPUS - 1;
   to &= BPFTRAIN_MAX_CPUS - 1;
-  if (cpu_node[from] != cpu_node[to])
-    c->scope[MIGRATION_NODE]++;
-  else if (cpu_llc[from] != cpu_llc[to])
+  const __u32 from_domain = cpu_domain[from], to_domain = cpu_domain[to];
+  if (from_domain == to_domain)
+    c->scope[MIGRATION_CPU]++;
+  else if ((from_domain >> 16) == (to_domain >> 16))
     c->scope[MIGRATION_LLC]++;
   else
-    c->scope[MIGRATION_CPU]++;
+    c->scope[MIGRATION_NODE]++;
   return 0;
 }

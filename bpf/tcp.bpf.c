@@ -43,17 +43,18 @@ struct {
   __uint(max_entries, 1 << 20);
 } samples SEC(".maps");
 
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(on_tcp_sendmsg, struct sock* sk) {
-  int slot = currentSlot();
-  if (slot < 0) return 0;
-  struct tcp_owner* owner = bpf_sk_storage_get(&owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-  if (owner)
-    owner->slot = (__u32)slot;
-  else  // no memory for the socket's storage
-    BPFTRAIN_COUNT_LOST();
-  return 0;
-}
+/* Per CPU, the socket of the last target send that wrote an owner: a target sends in runs on one
+ * socket (a partial write is one tcp_sendmsg_locked each), and the later sends of a run skip the
+ * storage helper. One u64, so a program preempted mid-way never leaves half an entry. A socket
+ * freed and made again at the same address starts with no storage, which the check of
+ * sk_bpf_storage sees. A socket two targets send on counts under the one that wrote last on a
+ * CPU's first send of a run. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64);
+} last_owned SEC(".maps");
 
 /* A socket that carries no local storage of any map (most sockets on a host: no target ever sent
  * on them) is told by one load of the socket's own pointer, before the storage lookup, which is a
@@ -63,14 +64,38 @@ static __always_inline bool mayHaveOwner(struct sock* sk) {
   return sk->sk_bpf_storage != 0;
 }
 
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(on_tcp_sendmsg, struct sock* sk) {
+  int slot = currentSlot();
+  if (slot < 0) return 0;
+  __u32 zero = 0;
+  __u64* last = bpf_map_lookup_elem(&last_owned, &zero);
+  if (last && *last == (__u64)sk && mayHaveOwner(sk)) return 0;
+  struct tcp_owner* owner = bpf_sk_storage_get(&owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+  if (!owner) {  // no memory for the socket's storage
+    BPFTRAIN_COUNT_LOST();
+    return 0;
+  }
+  owner->slot = (__u32)slot;
+  if (last) *last = (__u64)sk;
+  return 0;
+}
+
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(on_tcp_probe, struct sock* sk) {
   if (!mayHaveOwner(sk)) return 0;
   struct tcp_owner* owner = bpf_sk_storage_get(&owners, sk, 0, 0);
   if (!owner) return 0;
+  // Most segments of a busy socket arrive within the tick of its last sample: jiffies (a load the
+  // verifier inlines) turns them away before the clock read, a helper call that costs more than
+  // the rest of this path in a VM. So a socket is sampled at most once per tick and per
+  // sample_interval_ns (with HZ=250, every 4 ms at most).
+  const __u64 tick = bpf_jiffies64();
+  if (tick == owner->last_sample_jiffies) return 0;
   __u64 now = bpf_ktime_get_ns();
   if (now - owner->last_sample_ns < sample_interval_ns) return 0;
   owner->last_sample_ns = now;
+  owner->last_sample_jiffies = tick;
   struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
   if (!tp) return 0;
   struct tcp_counts* c = slotCounts(&counts, owner->slot);

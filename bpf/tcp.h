@@ -31,6 +31,7 @@ struct tcp_owner {
   __u32 slot;
   __u32 pad;
   __u64 last_sample_ns;
+  __u64 last_sample_jiffies;
 };
 
 #endif
