@@ -199,6 +199,10 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "/proc/PID/task/TID/sched numa_faults",                                                        \
     "Share of a rank's recent NUMA hinting faults on memory of the node its threads run on (the "  \
     "kernel's decaying per-task statistics; 1 = all local); wherever NUMA balancing runs")         \
+  X(kRunqueueWaitSeconds, "bpftrain_runqueue_wait_seconds", kCounter, "seconds", "job rank",       \
+    "/proc/PID/task/TID/schedstat run_delay",                                                      \
+    "Time a rank's threads were runnable but waited for a CPU, summed over its threads: CPU "       \
+    "contention (the kernel's scheduler statistics, CONFIG_SCHED_INFO)")                           \
   X(kTransportQueuedBytes, "bpftrain_transport_queued_bytes", kDistribution, "bytes",              \
     "job rank transport link peer_node", "tp_btf tcp:tcp_probe",                                                  \
     "Bytes a rank's sockets queued and the peer has not acknowledged (write_seq - snd_una): "     \

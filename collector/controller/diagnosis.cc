@@ -82,10 +82,12 @@ Diagnosis Diagnoser::raw(const Features& f) {
     d.cause = "memory_placement";
     d.detail = sentence("remote NUMA fault share %.2f, node migrations %.1f/s",
                         f.remote_fault_share, node_moves);
-  } else if (cpu_moves >= config_.cpu_migrations_per_s) {
+  } else if (f.runqueue_wait_s_per_s >= config_.runqueue_wait_s_per_s) {
     d.cause = "cpu_contention";
-    d.detail =
-        sentence("cpu+llc task migrations %.0f/s over %.0f ranks", cpu_moves, double(f.ranks));
+    d.rank = f.most_waiting_rank;
+    d.detail = sentence(
+        "rank %.0f's threads waited %.0f ms per second for a CPU (cpu+llc migrations %.0f/s)",
+        double(f.most_waiting_rank), f.runqueue_wait_s_per_s * 1e3, cpu_moves);
   } else if (f.tlb_flushes_per_s >= config_.tlb_flushes_per_s) {
     d.cause = "tlb_storm";
     d.detail = sentence("TLB shootdowns %.0f/s", f.tlb_flushes_per_s, 0);

@@ -18,13 +18,16 @@
 namespace bpftrain::collector::controller {
 
 struct DiagnosisConfig {
-  // Link congestion, CPU contention and memory placement: the rules policy's thresholds, so
+  // Link congestion and memory placement: the rules policy's thresholds, so
   // that what is diagnosed and what the policy acts on cannot drift apart.
   double same_host_rtt_p50_s = RulesConfig{}.same_host_rtt_p50_high_s;
   double other_host_rtt_p50_s = RulesConfig{}.other_host_rtt_p50_high_s;
   double rtt_jitter_s = RulesConfig{}.rtt_jitter_high_s;
-  double cpu_migrations_per_s = RulesConfig{}.cpu_migrations_per_s;  // cpu+llc, over the job
-  double remote_fault_share = RulesConfig{}.remote_fault_share;      // of NUMA hinting faults
+  // CPU contention: one rank's threads waiting this long per second for a CPU (run-queue wait,
+  // summed over its threads). Task migrations are not the signal: clear phases showed 180-192
+  // cpu+llc migrations/s, phases with competing busy loops 10-50/s (docs/controller.md).
+  double runqueue_wait_s_per_s = 0.2;
+  double remote_fault_share = RulesConfig{}.remote_fault_share;  // of NUMA hinting faults
   double node_migrations_per_s = RulesConfig{}.node_migrations_per_s;
   // One rank's step-time median this far above the median rank's: a straggler.
   double straggler_ratio = 1.3;

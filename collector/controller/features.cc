@@ -214,6 +214,11 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
       f.page_migrations_per_s += perSecond(s);
     } else if (name == m::kTlbFlushes.name) {
       f.tlb_flushes_per_s += perSecond(s);
+    } else if (name == m::kRunqueueWaitSeconds.name) {
+      if (const double waited = perSecond(s); waited > f.runqueue_wait_s_per_s) {
+        f.runqueue_wait_s_per_s = waited;
+        f.most_waiting_rank = rankOf(s);
+      }
     } else if (name == m::kRdmaOutstandingWorkRequests.name && fresh) {
       f.rdma.seen = true;
       f.rdma.outstanding_work_requests_p99 =
@@ -339,6 +344,8 @@ nlohmann::json featuresJson(const Features& f) {
   j["remote_fault_share"] = f.remote_fault_share;
   j["page_migrations_per_s"] = f.page_migrations_per_s;
   j["tlb_flushes_per_s"] = f.tlb_flushes_per_s;
+  j["runqueue_wait_s_per_s"] = f.runqueue_wait_s_per_s;
+  j["most_waiting_rank"] = f.most_waiting_rank;
   j["samples_per_s"] = f.samples_per_s;
   j["samples_per_s_window"] = f.samples_per_s_window;
   return j;

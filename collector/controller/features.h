@@ -115,6 +115,10 @@ struct Features {
   double remote_fault_share = 0;  // remote / (local + remote); 0 when there were none
   double page_migrations_per_s = 0;
   double tlb_flushes_per_s = 0;
+  // CPU contention: seconds per second the most-waiting rank's threads were runnable but waited
+  // for a CPU (bpftrain_runqueue_wait_seconds_total, summed over its threads), and that rank.
+  double runqueue_wait_s_per_s = 0;
+  int most_waiting_rank = -1;
 
   // Throughput, samples/s summed over ranks: the latest report of each rank (reacts within one
   // telemetry interval) and the window mean (smoother, lags by up to a window).

@@ -200,6 +200,38 @@ TEST_F(ProbeServiceTest, MigrationsCountTargetOnlyWithinTolerance) {
               total("bpftrain_migrations", {{"scope", "node"}}));
 }
 
+// Run-queue wait from the kernel's schedstat: a target spinning on CPU 0 beside a spinning
+// bystander on the same CPU gets about half of it, so it waits about half the time.
+TEST_F(ProbeServiceTest, RunqueueWaitCountsTheTimeATargetWaitsForItsCpu) {
+  using Clock = std::chrono::steady_clock;
+  auto pin0 = [] { tests::bpf::pinSelf(0); };
+  auto spin = [] {
+    const auto end = Clock::now() + 1500ms;
+    int64_t loops = 0;
+    while (Clock::now() < end) ++loops;
+    return loops;
+  };
+  Child target(pin0, spin), bystander(pin0, spin);
+  ASSERT_TRUE(target.ready(5s) && bystander.ready(5s));
+  ProbeOptions options;
+  options.pids = {target.pid()};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  target.go();
+  bystander.go();
+  int64_t loops = 0;
+  ASSERT_TRUE(target.result(loops, 20s));
+  ASSERT_TRUE(bystander.result(loops, 20s));
+  service->poll(registry_, monotonicNowNs());
+  const double waited = total("bpftrain_runqueue_wait_seconds", {{"job", "manual"}, {"rank", "0"}});
+  std::printf("runqueue wait of the target over 1.5 s beside a spinning bystander: %.3f s\n",
+              waited);
+  // Half of 1.5 s is 0.75 s; other work on CPU 0 only adds wait. The bound leaves room for the
+  // bystander starting late.
+  EXPECT_GE(waited, 0.3);
+  EXPECT_LE(waited, 1.6);
+}
+
 TEST_F(ProbeServiceTest, AllProcessesCountsUntargetedUnderJobAll) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 online CPUs to migrate";
   constexpr int64_t kMoves = 100;

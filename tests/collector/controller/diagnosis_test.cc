@@ -81,11 +81,19 @@ TEST(Diagnosis, StragglerRankStandsOut) {
   EXPECT_EQ(g.rank, 2);
 }
 
+// CPU contention is run-queue wait, named with the rank that waited most; migrations alone are
+// not contention (a clear phase here moves tasks 180-192 times a second).
 TEST(Diagnosis, CpuContentionAndMemoryPlacement) {
   std::vector<window::SeriesSnapshot> v = snapshotsOf(ring());
   v.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}}, 300));
+  v.push_back(counter("bpftrain_runqueue_wait_seconds", jr("j", 0), 0.05));
   Diagnoser d;
-  EXPECT_EQ(settle(d, extractFeatures(v, "j", 0, nullptr)).cause, "cpu_contention");
+  EXPECT_EQ(settle(d, extractFeatures(v, "j", 0, nullptr)).cause, "none");
+  v.push_back(counter("bpftrain_runqueue_wait_seconds", jr("j", 1), 0.45));
+  const Diagnosis& g = settle(d, extractFeatures(v, "j", 0, nullptr));
+  EXPECT_EQ(g.cause, "cpu_contention");
+  EXPECT_EQ(g.rank, 1);
+  EXPECT_NE(g.detail.find("waited 450 ms per second"), std::string::npos) << g.detail;
   v.push_back(counter("bpftrain_numa_hint_faults",
                       {{"job", "j"}, {"rank", "0"}, {"locality", "remote"}}, 60));
   v.push_back(counter("bpftrain_numa_hint_faults",

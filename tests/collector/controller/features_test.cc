@@ -36,6 +36,8 @@ TEST(Features, ExtractsEverySignalForTheJob) {
                       {{"job", "j"}, {"rank", "0"}, {"reason", "numa_misplaced"}}, 5));
   s.push_back(counter("bpftrain_tlb_flushes",
                       {{"job", "j"}, {"rank", "0"}, {"reason", "remote_shootdown"}}, 11));
+  s.push_back(counter("bpftrain_runqueue_wait_seconds", jr("j", 0), 0.25));
+  s.push_back(counter("bpftrain_runqueue_wait_seconds", jr("j", 1), 0.5));
   s.push_back(counter("bpftrain_transport_retransmits", jr("j", 0), 1.5));
   // Another job's series must not leak in.
   s.push_back(dist("bpftrain_step_seconds", jr("other", 0), 9, 9));
@@ -72,6 +74,8 @@ TEST(Features, ExtractsEverySignalForTheJob) {
   EXPECT_DOUBLE_EQ(f.remote_fault_share, 0.3);
   EXPECT_DOUBLE_EQ(f.page_migrations_per_s, 5);
   EXPECT_DOUBLE_EQ(f.tlb_flushes_per_s, 11);
+  EXPECT_DOUBLE_EQ(f.runqueue_wait_s_per_s, 0.5);
+  EXPECT_EQ(f.most_waiting_rank, 1);
   EXPECT_DOUBLE_EQ(f.samples_per_s, 1000);
   EXPECT_DOUBLE_EQ(f.samples_per_s_window, 1000);
 }
