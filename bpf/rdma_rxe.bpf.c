@@ -43,6 +43,7 @@ struct rdma_restrack_entry___bpftrain {
 } __attribute__((preserve_access_index));
 struct ib_qp___bpftrain {
   struct rdma_restrack_entry___bpftrain res;
+  __u32 qp_num;
 } __attribute__((preserve_access_index));
 struct ib_cq___bpftrain {
   struct rdma_restrack_entry___bpftrain res;
@@ -95,7 +96,9 @@ struct rxe_send_wqe___bpftrain {
 
 struct qp_state {
   __u32 tgid;
-  __s32 slot;       // the poster's slot at its last doorbell
+  __s32 slot;  // the poster's slot at its last doorbell
+  __u32 qpn;   // the QP number: another QP at a freed one's address is a new QP
+  __u32 pad;
   __u64 last_prod;  // producer index after the WQEs already counted (u64: cmpxchg'ed)
   __u32 next_cons;  // the send-queue index do_complete should retire next
   __u32 qp_index;   // its label: the order its process's QPs were first seen, capped
@@ -104,6 +107,10 @@ struct qp_state {
   __u64 post_ns[RDMA_RXE_RING];
 };
 
+// Keyed by address, which the slab hands to the next QP once a QP is destroyed: the state also
+// holds the QP number (rxe allocates them cyclically), and a state whose number differs belongs to
+// a gone QP. Without that check, a bystander's QP at a target's old address had its posts claimed
+// for the target's slot at every completion.
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, 1024);
@@ -224,17 +231,20 @@ int BPF_KPROBE(on_post_send, void* ibqp) {
   struct rxe_queue_buf___bpftrain* buf = BPF_CORE_READ(qp, sq.queue, buf);
   if (!buf) return 0;
   __u64 key = (__u64)qp;
+  const __u32 qpn = BPF_CORE_READ(qp, ibqp.qp_num);
   struct qp_state* state = bpf_map_lookup_elem(&qps, &key);
-  if (!state) {
+  if (!state || state->qpn != qpn) {
     __u32 zero = 0;
     struct qp_state* empty = bpf_map_lookup_elem(&empty_state, &zero);
     if (!empty) return 0;
-    bpf_map_update_elem(&qps, &key, empty, BPF_NOEXIST);
+    // A gone QP's state at this address is replaced; a fresh one is created once.
+    bpf_map_update_elem(&qps, &key, empty, state ? BPF_ANY : BPF_NOEXIST);
     state = bpf_map_lookup_elem(&qps, &key);
     if (!state) {  // the map refused it: these posts' latency and depth are lost
       BPFTRAIN_COUNT_LOST();
       return 0;
     }
+    state->qpn = qpn;
     // First doorbell seen: what the completer has not retired yet is posted from now on.
     state->next_cons = BPF_CORE_READ(buf, consumer_index) & BPF_CORE_READ(buf, index_mask);
     state->last_prod = state->next_cons;
@@ -256,6 +266,8 @@ SEC("kprobe/do_complete")
 int BPF_KPROBE(on_do_complete, struct rxe_qp___bpftrain* qp, struct rxe_send_wqe___bpftrain* wqe) {
   __u64 key = (__u64)qp;
   struct qp_state* state = bpf_map_lookup_elem(&qps, &key);
+  if (state && state->qpn != BPF_CORE_READ(qp, ibqp.qp_num))
+    state = 0;  // a gone QP's, at this one's address: this QP's doorbells were never seen
   int slot = state ? state->slot : slotOfTask(BPF_CORE_READ(qp, ibqp.res.task));
   struct rdma_rxe_counts* c = slotCounts(&counts, slot);
   if (!c) return 0;

@@ -4,6 +4,7 @@
 // elsewhere (no rxe0/rxe1) every case skips saying so.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -114,6 +116,85 @@ class RdmaGuestTest : public ::testing::Test {
   static void quietSecond() {
     const auto until = std::chrono::steady_clock::now() + 1s;
     while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100ms);
+  }
+
+  // A bpftrain-rdma-posts pair (rank 0 on rxe0 writes to rank 1 on rxe1).
+  static constexpr const char* kPosts = "/bin/bpftrain-rdma-posts";
+  struct Posts {
+    std::string dir;
+    pid_t pids[2] = {-1, -1};
+    std::string logs[2];
+  };
+  // Starts a bpftrain-rdma-posts pair that posts `writes` writes at the go and waits until both
+  // have connected; "" when they have, else why not (the pair is cleaned up then).
+  std::string startPosts(Posts& run, int writes) {
+    return startPair(run, [&](int rank, const std::string& dir) {
+      return std::vector<std::string>{kPosts, std::to_string(rank), dir,
+                                      "rxe" + std::to_string(rank), std::to_string(writes)};
+    });
+  }
+  // The same for any pair that meets in a directory, prints "ready" and starts at DIR/go
+  // (bpftrain-rdma-posts, bpftrain-rdma-flow): `args(rank, dir)` is rank's command line.
+  std::string startPair(
+      Posts& run, const std::function<std::vector<std::string>(int, const std::string&)>& args) {
+    char store_dir[] = "/tmp/rdma-pair-XXXXXX";
+    if (!mkdtemp(store_dir)) return "mkdtemp failed";
+    run.dir = store_dir;
+    for (int rank = 0; rank < 2; ++rank) {
+      run.logs[rank] = run.dir + ".rank" + std::to_string(rank);
+      std::vector<std::string> argv = args(rank, run.dir);
+      run.pids[rank] = spawnLogged(argv, run.logs[rank]);
+      if (run.pids[rank] <= 0) {
+        cleanPosts(run);
+        return "cannot start " + argv[0];
+      }
+    }
+    // Both connected (and waiting for the go) before a probe attaches to them.
+    const auto ready_by = std::chrono::steady_clock::now() + 90s;
+    auto ready = [&] {
+      return readAll(run.logs[0]).find("ready") != std::string::npos &&
+             readAll(run.logs[1]).find("ready") != std::string::npos;
+    };
+    while (!ready() && std::chrono::steady_clock::now() < ready_by)
+      std::this_thread::sleep_for(50ms);
+    if (ready()) return {};
+    const std::string out = readAll(run.logs[0]) + readAll(run.logs[1]);
+    cleanPosts(run);
+    return "the ranks did not connect within 90 s:\n" + out;
+  }
+  // Gives the go and waits up to 120 s for both ranks, then polls the service. "ok\n" and their
+  // logs when both exited 0, else what went wrong; the pair is cleaned up either way.
+  std::string finishPosts(Posts& run) {
+    std::ofstream(run.dir + "/go") << "go\n";
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    int status[2] = {0, 0};
+    for (int rank = 0; rank < 2; ++rank) {
+      while (waitpid(run.pids[rank], &status[rank], WNOHANG) == 0 &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(50ms);
+      if (std::chrono::steady_clock::now() < deadline) run.pids[rank] = -1;
+    }
+    if (service_) poll();
+    const std::string out = readAll(run.logs[0]) + readAll(run.logs[1]);
+    const bool exited = run.pids[0] < 0 && run.pids[1] < 0;
+    cleanPosts(run);
+    if (!exited) return "the pair did not finish within 120 s:\n" + out;
+    for (int rank = 0; rank < 2; ++rank)
+      if (!WIFEXITED(status[rank]) || WEXITSTATUS(status[rank]) != 0)
+        return "rank " + std::to_string(rank) + " status " + std::to_string(status[rank]) + "\n" +
+               out;
+    return "ok\n" + out;
+  }
+  static void cleanPosts(Posts& run) {
+    for (pid_t& pid : run.pids)
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        pid = -1;
+      }
+    if (!run.dir.empty()) std::filesystem::remove_all(run.dir);
+    for (const auto& log : run.logs)
+      if (!log.empty()) std::filesystem::remove(log);
   }
 
   std::unique_ptr<window::SeriesStore> store_;
@@ -285,65 +366,16 @@ TEST_F(RdmaGuestTest, HierarchicalLeadersAndTheRingOnBoundBuffersAgreeOnFourRank
 // bytes, one latency sample per write (none unmatched) and at most one write outstanding.
 TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
   constexpr int kWrites = 200;
-  const char* posts = "/bin/bpftrain-rdma-posts";
-  if (access(posts, X_OK) != 0)
+  if (access(kPosts, X_OK) != 0)
     BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
-  char store_dir[] = "/tmp/rdma-posts-XXXXXX";
-  ASSERT_NE(mkdtemp(store_dir), nullptr);
-  const std::string dir = store_dir;
-  pid_t pids[2] = {-1, -1};
-  std::string logs[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    logs[rank] = dir + ".rank" + std::to_string(rank);
-    std::vector<std::string> args = {posts, std::to_string(rank), dir, "rxe" + std::to_string(rank),
-                                     std::to_string(kWrites)};
-    pids[rank] = spawnLogged(std::move(args), logs[rank]);
-    ASSERT_GT(pids[rank], 0) << "cannot start " << posts;
-  }
-  auto finish = [&] {
-    for (pid_t& pid : pids)
-      if (pid > 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-        pid = -1;
-      }
-    std::filesystem::remove_all(dir);
-  };
-  // Both connected (and waiting for the go) before the probe attaches to them.
-  const auto ready_by = std::chrono::steady_clock::now() + 90s;
-  while ((readAll(logs[0]).find("ready") == std::string::npos ||
-          readAll(logs[1]).find("ready") == std::string::npos) &&
-         std::chrono::steady_clock::now() < ready_by)
-    std::this_thread::sleep_for(50ms);
-  if (readAll(logs[1]).find("ready") == std::string::npos ||
-      readAll(logs[0]).find("ready") == std::string::npos) {
-    const std::string out = readAll(logs[0]) + readAll(logs[1]);
-    finish();
-    FAIL() << "the ranks did not connect within 90 s:\n" << out;
-  }
+  Posts run;
+  if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
   ProbeOptions options;
-  options.pids = {pids[0], pids[1]};  // job "manual", ranks 0 and 1
+  options.pids = {run.pids[0], run.pids[1]};  // job "manual", ranks 0 and 1
   start(options, "rdma_verbs");
   requireUp("rdma_rxe");
-  std::ofstream(dir + "/go") << "go\n";
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  int status[2] = {0, 0};
-  for (int rank = 0; rank < 2; ++rank) {
-    while (waitpid(pids[rank], &status[rank], WNOHANG) == 0 &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(50ms);
-    if (std::chrono::steady_clock::now() < deadline) pids[rank] = -1;
-  }
-  poll();
-  const std::string out = readAll(logs[0]) + readAll(logs[1]);
-  const bool exited = pids[0] < 0 && pids[1] < 0;
-  finish();
-  for (const auto& log : logs) std::filesystem::remove(log);
-  ASSERT_TRUE(exited) << "bpftrain-rdma-posts did not finish within 120 s:\n" << out;
-  for (int rank = 0; rank < 2; ++rank)
-    ASSERT_TRUE(WIFEXITED(status[rank]) && WEXITSTATUS(status[rank]) == 0)
-        << "rank " << rank << " status " << status[rank] << "\n"
-        << out;
+  const std::string out = finishPosts(run);
+  ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
   auto total = [&](const std::string& metric, const std::string& rank, const std::string& op,
                    const std::string& source = "gloo") {
     std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", source}};
@@ -403,6 +435,70 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
               kernel_latency.quantiles.empty() ? -1.0 : kernel_latency.quantiles[0].second);
   std::printf("rdma_verbs: %d writes, completion p50 %.6f s max %.6f s\n", kWrites,
               latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second, latency.max);
+}
+
+// rdma_rxe keeps per-QP state keyed by the struct rxe_qp's address, and a QP created after another
+// was destroyed often gets the same address (slab reuse). A target pair of bpftrain-rdma-flow
+// posts kWrites writes over kQps queue pairs and exits, leaving kQps states behind; then bystander
+// pairs (no target) post theirs on kQps queue pairs each, which may sit where the target's were.
+// The target's counts must stay what it posted: a bystander's work requests count for no rank.
+// (Before the state checked the QP number, a reused address handed the bystander's writes to the
+// gone target's slot at every send completion: in one guest run a bystander training's 603 writes
+// went to the previous target's rank 1, and tools/bench rdma, whose off runs were bystanders of
+// the on runs' collector, counted rank 0's rxe writes 2,265 against Gloo's 1,650.)
+TEST_F(RdmaGuestTest, RdmaRxeCountsABystandersWorkRequestsForNoRank) {
+  constexpr int kQps = 16, kWrites = 2 * kQps, kBystanders = 2;
+  const char* flow = "/bin/bpftrain-rdma-flow";
+  if (access(flow, X_OK) != 0)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-flow is not in the guest (tests/numalab)");
+  // Every pair on CPU 0 (the children inherit it): the slab reuses a freed QP's memory first on
+  // the CPU that freed it.
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  struct RestoreAffinity {
+    cpu_set_t mask;
+    ~RestoreAffinity() { sched_setaffinity(0, sizeof mask, &mask); }
+  } restore{before};
+  cpu_set_t cpu0;
+  CPU_ZERO(&cpu0);
+  CPU_SET(0, &cpu0);
+  ASSERT_EQ(sched_setaffinity(0, sizeof cpu0, &cpu0), 0);
+  // Rank 0 sends on rxe0 (64 outstanding at most, one write per ms at most), rank 1 receives on
+  // rxe1 and keeps up.
+  const auto args = [&](int rank, const std::string& dir) {
+    if (rank == 0)
+      return std::vector<std::string>{
+          flow, "send", dir, "rxe0", std::to_string(kWrites), "64", "1000", std::to_string(kQps)};
+    return std::vector<std::string>{
+        flow, "recv", dir, "rxe1", std::to_string(kWrites), "4", "0", std::to_string(kQps)};
+  };
+  Posts target;
+  if (std::string error = startPair(target, args); !error.empty()) FAIL() << error;
+  ProbeOptions options;
+  options.pids = {target.pids[0], target.pids[1]};  // job "manual", ranks 0 and 1, kept when gone
+  start(options, "rdma_rxe");
+  std::string out = finishPosts(target);
+  ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
+  auto total = [&](const std::string& metric, const std::string& rank, const std::string& op) {
+    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", "rxe"}};
+    if (!op.empty()) want["op"] = op;
+    auto s = series(metric, want);
+    return s.name.empty() ? -1.0 : s.total;
+  };
+  ASSERT_EQ(total("bpftrain_rdma_work_requests", "0", "write"), kWrites) << out;
+  for (int i = 0; i < kBystanders; ++i) {
+    Posts bystander;
+    if (std::string error = startPair(bystander, args); !error.empty()) FAIL() << error;
+    out = finishPosts(bystander);
+    ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
+  }
+  for (const char* metric : {"bpftrain_rdma_work_requests", "bpftrain_rdma_work_completions"})
+    for (const char* op : {"write", "send", "other"}) {
+      EXPECT_EQ(total(metric, "0", op), std::string(op) == "write" ? kWrites : 0)
+          << metric << " op " << op;
+      EXPECT_EQ(total(metric, "1", op), 0) << metric << " op " << op;
+    }
+  EXPECT_EQ(total("bpftrain_rdma_bytes", "0", ""), kWrites * 64.0);
 }
 
 // A slow receiver against one that keeps up, through rdma_rxe (the kernel's view of a plain
