@@ -21,6 +21,7 @@
 #include "bpf/faults.h"
 #include "collector/loader/host_facts.h"
 #include "collector/loader/probe_module.h"
+#include "collector/loader/proc_counter_slots.h"
 #include "common/proc_stat.h"
 #include "faults.skel.h"
 
@@ -45,6 +46,33 @@ std::optional<uint64_t> readFaults(const UniqueFd& fd) {
   return parseStatFaults(std::string_view(buf, static_cast<size_t>(n)));
 }
 
+// A process target's fault count, from its stat file held open.
+struct Process {
+  uint32_t tgid = 0;
+  UniqueFd fd;  // /proc/PID/stat, held open so that a reused pid is never read
+  uint64_t faults = 0;
+
+  static std::optional<Process> open(uint32_t tgid, Status& status) {
+    const std::string path = "/proc/" + std::to_string(tgid) + "/stat";
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid() && errno != ENOENT && errno != ESRCH) {  // hidepid, a foreign /proc mount
+      status = Status::error("page_faults cannot read " + path + ": " + std::strerror(errno));
+      return std::nullopt;
+    }
+    const std::optional<uint64_t> faults = fd.valid() ? readFaults(fd) : std::nullopt;
+    if (!faults) return std::nullopt;
+    return Process{tgid, std::move(fd), *faults};
+  }
+
+  std::optional<uint64_t> advance() {
+    const std::optional<uint64_t> now = readFaults(fd);
+    if (!now) return std::nullopt;  // exited and reaped
+    const uint64_t delta = *now > faults ? *now - faults : 0;
+    faults = *now;
+    return delta;
+  }
+};
+
 class Object final : public ProbeObject {
  public:
   Object(const TgidSlotTable& target_tgids, bool fault_program)
@@ -61,72 +89,23 @@ class Object final : public ProbeObject {
   Status attachTarget(uint32_t tgid, std::vector<LinkPtr>&) override {
     const uint32_t slot = target_tgids_.slotOf(tgid);
     if (!from_proc_ || slot == 0) return {};
-    std::vector<Process>& processes = slots_[slot].processes;
-    for (const Process& p : processes)
-      if (p.tgid == tgid) return {};
-    const std::string path = "/proc/" + std::to_string(tgid) + "/stat";
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid() && errno != ENOENT && errno != ESRCH)  // hidepid, a foreign /proc mount
-      return Status::error("page_faults cannot read " + path + ": " + std::strerror(errno));
-    const std::optional<uint64_t> faults = fd.valid() ? readFaults(fd) : std::nullopt;
-    if (!faults) return {};  // gone already: its slot goes when its sender does
-    processes.push_back({tgid, std::move(fd), *faults});
-    return {};
+    return processes_.add(slot, tgid);
   }
 
-  // A process leaves a slot that stays: what it faulted since the last step still counts.
-  void detachTarget(uint32_t slot, uint32_t tgid) override {
-    auto it = slots_.find(slot);
-    if (it == slots_.end()) return;
-    std::vector<Process>& processes = it->second.processes;
-    for (auto p = processes.begin(); p != processes.end(); ++p) {
-      if (p->tgid != tgid) continue;
-      if (const auto now = readFaults(p->fd); now && *now > p->faults)
-        it->second.pending += *now - p->faults;
-      processes.erase(p);
-      return;
-    }
-  }
+  void detachTarget(uint32_t slot, uint32_t tgid) override { processes_.remove(slot, tgid); }
 
   Status consume(SampleSink& sink) override {
-    for (auto& [slot, state] : slots_) {
-      if (!sink.live(slot)) continue;
-      uint64_t delta = std::exchange(state.pending, 0);
-      for (auto p = state.processes.begin(); p != state.processes.end();) {
-        const std::optional<uint64_t> now = readFaults(p->fd);
-        if (!now) {  // exited and reaped since the last step: those last faults are not seen
-          p = state.processes.erase(p);
-          continue;
-        }
-        if (*now > p->faults) delta += *now - p->faults;
-        p->faults = *now;
-        ++p;
-      }
-      if (state.id == window::kRejectedSeries - 1)
-        state.id = sink.series(slot, metrics::kPageFaults, {}, {});
-      if (delta > 0) sink.record(state.id, static_cast<double>(delta));
-    }
+    processes_.record(sink);
     return {};
   }
 
-  void releaseSlot(uint32_t slot) override { slots_.erase(slot); }
+  void releaseSlot(uint32_t slot) override { processes_.release(slot); }
 
  private:
-  struct Process {
-    uint32_t tgid = 0;
-    UniqueFd fd;  // /proc/PID/stat, held open so that a reused pid is never read
-    uint64_t faults = 0;
-  };
-  struct SlotFaults {
-    std::vector<Process> processes;
-    uint64_t pending = 0;  // faults of processes that left the slot since the last step
-    window::SeriesId id = window::kRejectedSeries - 1;  // unset
-  };
-
   const TgidSlotTable& target_tgids_;
   const bool fault_program_;  // --cgroup or --all: their slots count with the BPF program
   bool from_proc_ = false;    // page_faults attached: read the targets' stat files
-  std::map<uint32_t, SlotFaults> slots_;
+  ProcCounterSlots<Process> processes_{metrics::kPageFaults, 1.0};
 };
 
 Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collector/loader/probe_module.h"
+#include "collector/loader/proc_counter_slots.h"
 
 namespace bpftrain::collector::loader::probes::sched_wait {
 namespace {
@@ -40,78 +41,28 @@ std::optional<uint64_t> readWaitNs(int task_dir, const char* tid) {
   return parseRunqueueWaitNs(std::string_view(buf, static_cast<size_t>(n)));
 }
 
-class Object final : public ProbeObject {
- public:
-  explicit Object(const TgidSlotTable& target_tgids) : target_tgids_(target_tgids) {}
+// A process target's threads and the run-queue wait each had at the last step.
+struct Process {
+  uint32_t tgid = 0;
+  UniqueFd dir;                          // /proc/PID, held open: a reused pid is never read
+  std::map<uint32_t, uint64_t> wait_ns;  // per thread, at the last step
 
-  // The service has just put `tgid` in the target table; its value is the slot.
-  Status attachTarget(uint32_t tgid, std::vector<LinkPtr>&) override {
-    const uint32_t slot = target_tgids_.slotOf(tgid);
-    if (slot == 0) return {};
-    std::vector<Process>& processes = slots_[slot].processes;
-    for (const Process& p : processes)
-      if (p.tgid == tgid) return {};
+  static std::optional<Process> open(uint32_t tgid, Status& status) {
     const std::string path = "/proc/" + std::to_string(tgid);
     UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dir.valid() && errno != ENOENT && errno != ESRCH)  // hidepid, a foreign /proc mount
-      return Status::error("runqueue_wait cannot read " + path + ": " + std::strerror(errno));
-    if (!dir.valid()) return {};  // gone already: its slot goes when its sender does
+    if (!dir.valid() && errno != ENOENT && errno != ESRCH) {  // hidepid, a foreign /proc mount
+      status = Status::error("runqueue_wait cannot read " + path + ": " + std::strerror(errno));
+      return std::nullopt;
+    }
+    if (!dir.valid()) return std::nullopt;
     Process process{tgid, std::move(dir), {}};
-    sample(process);  // every thread's baseline
-    processes.push_back(std::move(process));
-    return {};
+    if (!process.advance()) return std::nullopt;  // every thread's baseline
+    return process;
   }
-
-  // A process leaves a slot that stays: what it waited since the last step still counts.
-  void detachTarget(uint32_t slot, uint32_t tgid) override {
-    auto it = slots_.find(slot);
-    if (it == slots_.end()) return;
-    std::vector<Process>& processes = it->second.processes;
-    for (auto p = processes.begin(); p != processes.end(); ++p) {
-      if (p->tgid != tgid) continue;
-      it->second.pending_ns += sample(*p).value_or(0);
-      processes.erase(p);
-      return;
-    }
-  }
-
-  Status consume(SampleSink& sink) override {
-    for (auto& [slot, state] : slots_) {
-      if (!sink.live(slot)) continue;
-      uint64_t waited_ns = std::exchange(state.pending_ns, 0);
-      for (auto p = state.processes.begin(); p != state.processes.end();) {
-        const std::optional<uint64_t> delta = sample(*p);
-        if (!delta) {  // exited since the last step
-          p = state.processes.erase(p);
-          continue;
-        }
-        waited_ns += *delta;
-        ++p;
-      }
-      if (state.id == window::kRejectedSeries - 1)
-        state.id = sink.series(slot, metrics::kRunqueueWaitSeconds, {}, {});
-      if (waited_ns > 0) sink.record(state.id, static_cast<double>(waited_ns) * 1e-9);
-    }
-    return {};
-  }
-
-  void releaseSlot(uint32_t slot) override { slots_.erase(slot); }
-
- private:
-  struct Process {
-    uint32_t tgid = 0;
-    UniqueFd dir;                          // /proc/PID, held open: a reused pid is never read
-    std::map<uint32_t, uint64_t> wait_ns;  // per thread, at the last step
-  };
-  struct SlotWait {
-    std::vector<Process> processes;
-    uint64_t pending_ns = 0;  // waited by processes that left the slot since the last step
-    window::SeriesId id = window::kRejectedSeries - 1;  // unset
-  };
 
   // What the process's threads waited since the last call; nullopt once the process is gone.
-  static std::optional<uint64_t> sample(Process& process) {
-    const int task_fd = ::openat(process.dir.get(), "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  std::optional<uint64_t> advance() {
+    const int task_fd = ::openat(dir.get(), "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (task_fd < 0) return std::nullopt;
     DIR* tasks = ::fdopendir(task_fd);  // owns task_fd from here
     if (tasks == nullptr) {
@@ -127,18 +78,39 @@ class Object final : public ProbeObject {
       if (ec != std::errc() || *end != '\0') continue;  // "." and ".."
       const std::optional<uint64_t> wait = readWaitNs(::dirfd(tasks), name);
       if (!wait) continue;  // exited between the listing and the read
-      if (auto it = process.wait_ns.find(tid); it != process.wait_ns.end() && *wait > it->second)
+      if (auto it = wait_ns.find(tid); it != wait_ns.end() && *wait > it->second)
         delta += *wait - it->second;
       now.emplace(tid, *wait);
     }
     ::closedir(tasks);
     if (now.empty()) return std::nullopt;  // a zombie has no threads to read
-    process.wait_ns = std::move(now);
+    wait_ns = std::move(now);
     return delta;
   }
+};
 
+class Object final : public ProbeObject {
+ public:
+  explicit Object(const TgidSlotTable& target_tgids) : target_tgids_(target_tgids) {}
+
+  // The service has just put `tgid` in the target table; its value is the slot.
+  Status attachTarget(uint32_t tgid, std::vector<LinkPtr>&) override {
+    const uint32_t slot = target_tgids_.slotOf(tgid);
+    return slot == 0 ? Status{} : processes_.add(slot, tgid);
+  }
+
+  void detachTarget(uint32_t slot, uint32_t tgid) override { processes_.remove(slot, tgid); }
+
+  Status consume(SampleSink& sink) override {
+    processes_.record(sink);
+    return {};
+  }
+
+  void releaseSlot(uint32_t slot) override { processes_.release(slot); }
+
+ private:
   const TgidSlotTable& target_tgids_;
-  std::map<uint32_t, SlotWait> slots_;
+  ProcCounterSlots<Process> processes_{metrics::kRunqueueWaitSeconds, 1e-9};
 };
 
 // Why the probe cannot work here, or "" when it can.
