@@ -66,6 +66,10 @@ class ControllerService {
   ~ControllerService();
 
   void onStep(const window::SeriesStore& store, int64_t now_ns);
+  // Between window steps (--controller-period): the policy's react() on fresh features, for a
+  // move that cannot wait for the next step. Touches no step state: the features are not kept,
+  // nothing is logged or re-sent unless it decides.
+  void onTick(const window::SeriesStore& store, int64_t now_ns);
 
   const ControllerStats& stats() const { return stats_; }
   const Features& lastFeatures() const { return extractor_ ? extractor_->last() : empty_; }
@@ -87,6 +91,9 @@ class ControllerService {
              double value, int64_t now_ns);
   void send(const Pending& p, int64_t now_ns);
   void diagnose(const Features& f, int64_t now_ns);
+  // Logs, counts and (mode act) sends a decision of the policy's.
+  void act(const Features& f, const Arm& current, const Decision& d,
+           std::chrono::steady_clock::time_point t0, int64_t now_ns);
 
   ControllerConfig config_;
   std::unique_ptr<Policy> policy_;

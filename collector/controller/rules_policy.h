@@ -86,6 +86,17 @@ struct RulesConfig {
   // instead of escalate_steps, half a second sooner. The window mean that far down, or the
   // latest reading with the window under congestion_throughput_fraction (decisive()).
   double decisive_throughput_fraction = 0.5;
+  // A link class whose RTT median (RDMA: loss per packet) is this many times its high threshold
+  // climbs on the latest samples/s reading alone (at or below decisive_throughput_fraction of
+  // calm), without waiting for the 1 s window mean to fall, and between window steps too
+  // (react()). The window mean lags a whole training step: on netlab (four-phase.json, load
+  // 5-8) the throttled ring's first step ran 1.4 s against 0.47 s calm and the decision came
+  // after it, so it waited for a second 1.4-1.9 s step at the trainer's boundary (switch at
+  // 2.9 s). 1.5x (7.5 ms) is above every clear median measured (same_host 1.0-3.5 ms,
+  // other_host 0.6-3.7 ms) but inside the 5-8 ms that CPU load alone gave other_host in the
+  // steady-state e2e test, which is why the throughput reading must still confirm it; throttled
+  // lo read 9.4-24 ms. A reading near the threshold keeps the window mean and escalate_steps.
+  double decisive_signal_factor = 1.5;
   // Before the rung has a calm reference (a job's first steps, one that starts congested) a
   // signal counts once it held this many consecutive steps (3 s).
   int no_reference_steps = 6;
@@ -179,6 +190,9 @@ class RulesPolicy final : public Policy {
   explicit RulesPolicy(RulesConfig config = {}) : config_(config) {}
   std::string_view name() const override { return "rules"; }
   Decision decide(const Features& features, const Arm& current, int64_t now_ns) override;
+  // Between steps: only the climb on a signal far past its threshold that the latest reading
+  // confirms (decisive_signal_factor); everything else waits for decide().
+  Decision react(const Features& features, const Arm& current, int64_t now_ns) override;
 
  private:
   enum class Signal { kClear, kNeutral, kCongested, kSevere };
@@ -197,7 +211,18 @@ class RulesPolicy final : public Policy {
   Signal classifyLink(const Features& f, int link, std::string& why, bool* seen) const;
   static std::string_view triggerName(int link);
   // The job's signal: the worst link class's (its index in *link, -1 for totals or bandwidth).
-  bool decisive(const Features& f) const;
+  bool decisive(const Features& f, int link) const;
+  // How many times its high threshold the link class's signal is (RTT median; RDMA loss per
+  // packet); 0 for the job's totals and bandwidth.
+  double excess(const Features& f, int link) const;
+  // A move up may go now (min_dwell, or escalate_dwell after a step down).
+  bool escalateOk(int64_t now_ns) const;
+  // The climb to `wanted` on `signal` of `link`; by_link: the step up being left was caused by a
+  // link class (how the failed-descent backoff is reported).
+  void climb(Decision& d, Signal signal, int wanted, int link, const std::string& why, bool by_link,
+             int64_t now_ns);
+  // Bookkeeping after any move: another rung's references, dwell, counts.
+  void moved(Decision& d, const Arm& current, bool ascent_failed, int64_t now_ns);
   Signal classify(const Features& f, std::string& why, int* link) const;
 
   RulesConfig config_;
