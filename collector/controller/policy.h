@@ -39,8 +39,8 @@ class Policy {
   virtual Decision decide(const Features& features, const Arm& current, int64_t now_ns) = 0;
   // Called between window steps (every --controller-period) with fresh features: only a move
   // that cannot wait for the next step, since a decision that misses the trainer's step boundary
-  // waits a whole training step. No step state may advance here (counts of consecutive steps,
-  // smoothed levels): decide() alone sees the step stream. The default waits for decide().
+  // waits a whole training step. Nothing decide() counts per step may advance here (consecutive
+  // steps, smoothed levels): decide() alone sees the step stream. The default waits for decide().
   virtual Decision react(const Features&, const Arm& current, int64_t) {
     Decision d;
     d.to = current;

@@ -271,11 +271,15 @@ void RulesPolicy::startDescentTrial(Topology from, Topology to, int64_t now_ns) 
 // window mean of a job whose first slow step is still running lags by that whole step.
 bool RulesPolicy::decisive(const Features& f, int link) const {
   const double decisive = config_.decisive_throughput_fraction * calm_samples_;
+  const double congested = config_.congestion_throughput_fraction * calm_samples_;
   if (f.samples_per_s_window <= decisive) return true;
-  const bool latest = f.samples_per_s > 0 && f.samples_per_s <= decisive;
-  return latest &&
-         (f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_ ||
-          excess(f, link) >= config_.decisive_signal_factor);
+  if (farPast(f, link)) return true;
+  return f.samples_per_s > 0 && f.samples_per_s <= decisive && f.samples_per_s_window <= congested;
+}
+
+bool RulesPolicy::farPast(const Features& f, int link) const {
+  return excess(f, link) >= config_.decisive_signal_factor && f.samples_per_s > 0 &&
+         f.samples_per_s <= config_.congestion_throughput_fraction * calm_samples_;
 }
 
 double RulesPolicy::excess(const Features& f, int link) const {
@@ -327,12 +331,12 @@ Decision RulesPolicy::react(const Features& f, const Arm& current, int64_t now_n
   const Signal signal = classify(f, why, &link);
   const int level = levelOf(current.topology);
   const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
-  if (wanted <= level || !escalateOk(now_ns)) return d;
-  const double decisive = config_.decisive_throughput_fraction * calm_samples_;
-  const double x = excess(f, link);
-  if (x < config_.decisive_signal_factor || !(f.samples_per_s > 0 && f.samples_per_s <= decisive))
+  if (wanted <= level || !escalateOk(now_ns) || !farPast(f, link)) {
+    react_looks_ = 0;
     return d;
-  why += fmt(" (%.1fx the threshold; latest samples/s %.0f, ", x, f.samples_per_s) +
+  }
+  if (++react_looks_ < config_.react_looks) return d;
+  why += fmt(" (%.1fx the threshold; latest samples/s %.0f, ", excess(f, link), f.samples_per_s) +
          fmt("%.0f calm: decisive between steps)", calm_samples_, 0);
   const bool by_link = trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
   climb(d, signal, wanted, link, why, by_link, now_ns);
@@ -613,6 +617,7 @@ void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int
       slow_since_ns_ = -1;
     }
     last_switch_ns_ = now_ns;
+    react_looks_ = 0;
     congested_steps_ = 0;
     pin_steps_ = 0;
     pin_since_ns_ = -1;

@@ -171,20 +171,22 @@ Features decisiveFeatures(double latest, double window, double same_host_rtt_s) 
 TEST(RulesPolicy, ALatestReadingFarDownDecidesOnceTheWindowFollowsOrTheSignalIsFarPast) {
   struct Case {
     const char* name;
-    double window, rtt_s;
+    double latest, window, rtt_s;
     bool climbs;
   };
-  for (const Case& c : {Case{"window at 0.58x, rtt 1.2x", 116, 6e-3, true},
-                        Case{"window at 0.8x, rtt 1.2x", 160, 6e-3, false},
-                        Case{"window at 0.8x, rtt 1.8x", 160, 9e-3, true}}) {
+  for (const Case& c : {Case{"latest 0.45x, window at 0.58x, rtt 1.2x", 90, 116, 6e-3, true},
+                        Case{"latest 0.45x, window at 0.8x, rtt 1.2x", 90, 160, 6e-3, false},
+                        Case{"latest 0.45x, window at 0.8x, rtt 1.8x", 90, 160, 9e-3, true},
+                        Case{"latest 0.65x, window at 0.95x, rtt 1.8x", 130, 190, 9e-3, true},
+                        Case{"latest 0.8x, window at 0.95x, rtt 1.8x", 160, 190, 9e-3, false}}) {
     SCOPED_TRACE(c.name);
     RulesPolicy p;
     const Arm ring{};
     int64_t ns = 0;
     for (int i = 0; i < 40; ++i, ns += kStepNs)  // 20 s calm at 200 samples/s
       ASSERT_FALSE(p.decide(decisiveFeatures(200, 200, 1.5e-3), ring, ns).change);
-    // The congested step: RTT up, the latest reading at 0.45x calm.
-    Decision d = p.decide(decisiveFeatures(90, c.window, c.rtt_s), ring, ns);
+    // The congested step: RTT up, the latest reading down.
+    Decision d = p.decide(decisiveFeatures(c.latest, c.window, c.rtt_s), ring, ns);
     EXPECT_EQ(d.change, c.climbs) << d.detail;
     if (c.climbs) {
       EXPECT_EQ(d.to.topology, Topology::kHierarchical);
@@ -194,8 +196,8 @@ TEST(RulesPolicy, ALatestReadingFarDownDecidesOnceTheWindowFollowsOrTheSignalIsF
 }
 
 // Between window steps (react()) only a signal far past its threshold with the latest reading
-// confirming it moves the job, and react() advances no step state: a refused look changes
-// nothing decide() does afterwards.
+// confirming it on two consecutive looks moves the job, and a refused look changes nothing
+// decide() does afterwards.
 TEST(RulesPolicy, BetweenStepsOnlyAFarPastSignalTheLatestReadingConfirmsClimbs) {
   const Arm ring{};
   auto calm = [&](RulesPolicy& p, int64_t& ns) {
@@ -206,12 +208,14 @@ TEST(RulesPolicy, BetweenStepsOnlyAFarPastSignalTheLatestReadingConfirmsClimbs) 
     RulesPolicy p;
     int64_t ns = 0;
     calm(p, ns);
-    // Far past (1.8x) but the latest reading only 0.7x calm: no.
-    EXPECT_FALSE(p.react(decisiveFeatures(140, 190, 9e-3), ring, ns + 100'000'000).change);
+    // Far past (1.8x) but the latest reading only 0.8x calm: no.
+    EXPECT_FALSE(p.react(decisiveFeatures(160, 190, 9e-3), ring, ns + 100'000'000).change);
     // Near the threshold (1.2x) with the latest reading at 0.45x: no (decide()'s window decides).
     EXPECT_FALSE(p.react(decisiveFeatures(90, 190, 6e-3), ring, ns + 200'000'000).change);
-    // Far past and confirmed: climbs between steps, and says so.
-    Decision d = p.react(decisiveFeatures(90, 190, 9e-3), ring, ns + 300'000'000);
+    // Far past with the latest reading at 0.65x: a second look confirms it, then it climbs
+    // between steps and says so.
+    EXPECT_FALSE(p.react(decisiveFeatures(130, 190, 9e-3), ring, ns + 300'000'000).change);
+    Decision d = p.react(decisiveFeatures(130, 190, 9e-3), ring, ns + 400'000'000);
     ASSERT_TRUE(d.change);
     EXPECT_EQ(d.to.topology, Topology::kHierarchical);
     EXPECT_EQ(d.reason, "congestion");
