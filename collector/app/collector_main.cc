@@ -303,6 +303,7 @@ int run(int argc, char** argv) {
     cc.decisions_log = cfg.decisions_log;
     cc.features_log = cfg.features_log;
     cc.window = cfg.controller_window;
+    cc.react_window = cfg.controller_react_window;
     cc.writer = cfg.ingest_threads + 1;
     steering = controller::ControllerService::create(cc, store.get(), error);
     if (!steering) {

@@ -94,6 +94,14 @@ const std::map<std::string, Setting>& settings() {
           c.controller_window = *d;
           return {};
         }}},
+      {"controller_react_window",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto d = parseDuration(v);
+          if (!d || d->count() <= 0) return "expected a duration like 500ms" + got(v);
+          c.controller_react_window = *d;
+          return {};
+        }}},
       {"controller_period",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -201,10 +209,11 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"list_metrics",
        {true, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          c.list_metrics = v == "true";
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           c.list_metrics = v == "true";
+                                                           return {};
+                                                         }}},
       {"policy",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -538,6 +547,8 @@ const char* collectorUsage() {
          "--window)\n"
          "  --controller-period D  between steps, how often it looks for a decisive congestion\n"
          "                         (100ms; 0s: only at steps)\n"
+         "  --controller-react-window D  what those looks read (500ms: the last step and the one\n"
+         "                         in progress)\n"
          "  --user NAME            run as NAME once started, keeping only the capabilities the\n"
          "                         probes still use (default bpftrain if it exists; root: stay)\n"
          "  --log-level debug|info|warn|error\n"

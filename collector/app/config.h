@@ -38,6 +38,7 @@ struct CollectorConfig {
   // Between window steps the controller looks this often for a move that cannot wait for the
   // next step (a decisive congestion); 0: only at steps.
   std::chrono::nanoseconds controller_period = std::chrono::milliseconds(100);
+  std::chrono::nanoseconds controller_react_window = std::chrono::milliseconds(500);
   std::string features_log;  // controller features every 2 s, JSON lines
   // The user the collector runs as once started (collector/app/privilege.h); "root": stays root.
   // Empty: "bpftrain" when that user exists (bpftrain.sysusers), else stays.

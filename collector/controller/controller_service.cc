@@ -181,9 +181,9 @@ void ControllerService::onTick(const window::SeriesStore& store, int64_t now_ns)
   // Only with a job already followed, nothing in flight and nothing that defers decisions.
   if (!extractor_ || pending_) return;
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<window::SeriesSnapshot> snaps = config_.window.count() > 0
-                                                  ? store.snapshotWindow(now_ns, config_.window)
-                                                  : store.snapshot(now_ns);
+  std::vector<window::SeriesSnapshot> snaps = store.snapshotWindow(
+      now_ns, config_.window.count() > 0 ? std::min(config_.window, config_.react_window)
+                                         : config_.react_window);
   const Features f = extractFeatures(snaps, extractor_->last().job, now_ns, &extractor_->last());
   if (!f.has_steps || f.checkpoint_active || !f.config_consistent) return;
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};

@@ -37,6 +37,9 @@ struct ControllerConfig {
   int writer = 0;  // the series store writer index reserved for the controller
   // How much recent data a decision reads (the store's full window when 0 or longer).
   std::chrono::nanoseconds window = std::chrono::seconds(1);
+  // What the looks between steps (onTick) read: shorter, so that a link's RTT median turns
+  // within the training step in flight (its end is the switch a decision can still catch).
+  std::chrono::nanoseconds react_window = std::chrono::milliseconds(500);
   // A decision the trainer has not applied after this many steps is abandoned (logged and
   // counted in bpftrain_controller_abandoned_total); the policy then decides afresh.
   int max_retries = 20;
