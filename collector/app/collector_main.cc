@@ -191,6 +191,7 @@ int run(int argc, char** argv) {
   metrics->add(std::make_shared<exporter::WindowCollectable>(*store));
 
   std::vector<StepListener> listeners;
+  int64_t tick_ns = 0;  // the controller's look between steps (0: none)
   if (cfg.series_ttl.count() > 0) {
     listeners.push_back({"expiry", [&](int64_t now) {
                            if (size_t n = store->expireIdle(now))
@@ -302,6 +303,7 @@ int run(int argc, char** argv) {
     cc.decisions_log = cfg.decisions_log;
     cc.features_log = cfg.features_log;
     cc.window = cfg.controller_window;
+    cc.react_window = cfg.controller_react_window;
     cc.writer = cfg.ingest_threads + 1;
     steering = controller::ControllerService::create(cc, store.get(), error);
     if (!steering) {
@@ -313,6 +315,10 @@ int run(int argc, char** argv) {
          cfg.policy.c_str(), cfg.control_mode.c_str(), cfg.trainer.str().c_str(),
          cfg.decisions_log.empty() ? "" : ", decisions log ", cfg.decisions_log.c_str());
     listeners.push_back({"controller", [&](int64_t now) { steering->onStep(*store, now); }});
+    // Between steps too: a decision that just misses a step waits a whole training step at the
+    // trainer's boundary (1.4 s on netlab's throttled ring), so a decisive one goes out at once.
+    if (cfg.controller_period.count() > 0 && cfg.controller_period < cfg.step)
+      tick_ns = cfg.controller_period.count();
   }
 
   // The NCCL controller answers each plugin rank at its hello's address, from the ingest port.
@@ -390,9 +396,16 @@ int run(int argc, char** argv) {
 
   const int64_t step_ns = cfg.step.count();
   int64_t next_step = (window::monotonicNowNs() / step_ns + 1) * step_ns;
+  int64_t next_tick = tick_ns > 0 ? window::monotonicNowNs() + tick_ns : INT64_MAX;
   for (;;) {
     int64_t now = window::monotonicNowNs();
+    if (now >= next_tick && now < next_step) {
+      steering->onTick(*store, now);
+      next_tick = std::max(next_tick, window::monotonicNowNs()) + tick_ns;  // no catching up
+      continue;
+    }
     if (now >= next_step) {
+      if (tick_ns > 0) next_tick = now + tick_ns;  // the step itself is a look
       for (auto& l : listeners) l.onStep(now);
       health.steps.fetch_add(1);
       int64_t after = window::monotonicNowNs();
@@ -405,7 +418,7 @@ int run(int argc, char** argv) {
       }
       continue;
     }
-    int64_t wait = next_step - now;
+    int64_t wait = std::min(next_step, next_tick) - now;
     timespec ts{time_t(wait / 1'000'000'000), long(wait % 1'000'000'000)};
     int sig = sigtimedwait(&signals, nullptr, &ts);
     if (sig < 0) continue;  // timeout (EAGAIN) or EINTR

@@ -94,6 +94,23 @@ const std::map<std::string, Setting>& settings() {
           c.controller_window = *d;
           return {};
         }}},
+      {"controller_react_window",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto d = parseDuration(v);
+          if (!d || d->count() <= 0) return "expected a duration like 500ms" + got(v);
+          c.controller_react_window = *d;
+          return {};
+        }}},
+      {"controller_period",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto d = parseDuration(v);
+          if (!d || d->count() < 0)
+            return "expected a duration like 100ms (0s: only at steps)" + got(v);
+          c.controller_period = *d;
+          return {};
+        }}},
       {"series_ttl",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -192,17 +209,21 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"list_metrics",
        {true, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          c.list_metrics = v == "true";
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           c.list_metrics = v == "true";
+                                                           return {};
+                                                         }}},
       {"policy",
        {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          if (v != "rules" && v != "bandit") return "expected rules or bandit" + got(v);
-          c.policy = v;
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           if (v != "rules" && v != "bandit")
+                                                             return "expected rules or bandit" +
+                                                                    got(v);
+                                                           c.policy = v;
+                                                           return {};
+                                                         }}},
       {"secret",
        {false, false,
         [](CollectorConfig& c,
@@ -524,6 +545,10 @@ const char* collectorUsage() {
          "  --features-log FILE    what the controller saw, a JSON line every 2 s\n"
          "  --controller-window D  the window the controller reads (1s; Prometheus keeps "
          "--window)\n"
+         "  --controller-period D  between steps, how often it looks for a decisive congestion\n"
+         "                         (100ms; 0s: only at steps)\n"
+         "  --controller-react-window D  what those looks read (500ms: the last step and the one\n"
+         "                         in progress)\n"
          "  --user NAME            run as NAME once started, keeping only the capabilities the\n"
          "                         probes still use (default bpftrain if it exists; root: stay)\n"
          "  --log-level debug|info|warn|error\n"

@@ -35,6 +35,10 @@ struct CollectorConfig {
   // The controller decides on this much of the most recent data (a few steps), so a phase change
   // shows within about a second; the exposition keeps the full --window.
   std::chrono::nanoseconds controller_window = std::chrono::seconds(1);
+  // Between window steps the controller looks this often for a move that cannot wait for the
+  // next step (a decisive congestion); 0: only at steps.
+  std::chrono::nanoseconds controller_period = std::chrono::milliseconds(100);
+  std::chrono::nanoseconds controller_react_window = std::chrono::milliseconds(500);
   std::string features_log;  // controller features every 2 s, JSON lines
   // The user the collector runs as once started (collector/app/privilege.h); "root": stays root.
   // Empty: "bpftrain" when that user exists (bpftrain.sysusers), else stays.

@@ -174,7 +174,24 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   }
   if (!f.config_consistent) return;  // ranks still disagree: a switch is in flight
 
-  Decision d = policy_->decide(f, current, now_ns);
+  act(f, current, policy_->decide(f, current, now_ns), t0, now_ns);
+}
+
+void ControllerService::onTick(const window::SeriesStore& store, int64_t now_ns) {
+  // Only with a job already followed, nothing in flight and nothing that defers decisions.
+  if (!extractor_ || pending_) return;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<window::SeriesSnapshot> snaps = store.snapshotWindow(
+      now_ns, config_.window.count() > 0 ? std::min(config_.window, config_.react_window)
+                                         : config_.react_window);
+  const Features f = extractFeatures(snaps, extractor_->last().job, now_ns, &extractor_->last());
+  if (!f.has_steps || f.checkpoint_active || !f.config_consistent) return;
+  Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
+  act(f, current, policy_->react(f, current, now_ns), t0, now_ns);
+}
+
+void ControllerService::act(const Features& f, const Arm& current, const Decision& d,
+                            std::chrono::steady_clock::time_point t0, int64_t now_ns) {
   if (!d.change) return;
   if (config_.mode == ControlMode::kAdvise) {
     // The trainer does not follow advice, so the policy may repeat itself: log changes only.

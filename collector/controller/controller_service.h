@@ -37,6 +37,9 @@ struct ControllerConfig {
   int writer = 0;  // the series store writer index reserved for the controller
   // How much recent data a decision reads (the store's full window when 0 or longer).
   std::chrono::nanoseconds window = std::chrono::seconds(1);
+  // What the looks between steps (onTick) read: shorter, so that a link's RTT median turns
+  // within the training step in flight (its end is the switch a decision can still catch).
+  std::chrono::nanoseconds react_window = std::chrono::milliseconds(500);
   // A decision the trainer has not applied after this many steps is abandoned (logged and
   // counted in bpftrain_controller_abandoned_total); the policy then decides afresh.
   int max_retries = 20;
@@ -66,6 +69,10 @@ class ControllerService {
   ~ControllerService();
 
   void onStep(const window::SeriesStore& store, int64_t now_ns);
+  // Between window steps (--controller-period): the policy's react() on fresh features, for a
+  // move that cannot wait for the next step. Touches no step state: the features are not kept,
+  // nothing is logged or re-sent unless it decides.
+  void onTick(const window::SeriesStore& store, int64_t now_ns);
 
   const ControllerStats& stats() const { return stats_; }
   const Features& lastFeatures() const { return extractor_ ? extractor_->last() : empty_; }
@@ -87,6 +94,9 @@ class ControllerService {
              double value, int64_t now_ns);
   void send(const Pending& p, int64_t now_ns);
   void diagnose(const Features& f, int64_t now_ns);
+  // Logs, counts and (mode act) sends a decision of the policy's.
+  void act(const Features& f, const Arm& current, const Decision& d,
+           std::chrono::steady_clock::time_point t0, int64_t now_ns);
 
   ControllerConfig config_;
   std::unique_ptr<Policy> policy_;

@@ -37,6 +37,15 @@ class Policy {
   // Called once per window step with the job's features. `current` is the configuration the
   // trainer runs (the service fills it from the features, or from its last applied decision).
   virtual Decision decide(const Features& features, const Arm& current, int64_t now_ns) = 0;
+  // Called between window steps (every --controller-period) with fresh features: only a move
+  // that cannot wait for the next step, since a decision that misses the trainer's step boundary
+  // waits a whole training step. Nothing decide() counts per step may advance here (consecutive
+  // steps, smoothed levels): decide() alone sees the step stream. The default waits for decide().
+  virtual Decision react(const Features&, const Arm& current, int64_t) {
+    Decision d;
+    d.to = current;
+    return d;
+  }
 };
 
 // "rules" or "bandit"; nullptr for an unknown name.

@@ -267,11 +267,81 @@ void RulesPolicy::startDescentTrial(Topology from, Topology to, int64_t now_ns) 
 // far enough down counts at once, the latest only with the window already below the plain
 // congestion fraction: on netlab the throttled ring's first slow steps read 101 against 205 calm
 // while the window still held 118, a controller step (0.5 s) before the window alone sufficed.
-bool RulesPolicy::decisive(const Features& f) const {
+// A signal far past its threshold (decisive_signal_factor) needs only the latest reading: the
+// window mean of a job whose first slow step is still running lags by that whole step.
+bool RulesPolicy::decisive(const Features& f, int link) const {
   const double decisive = config_.decisive_throughput_fraction * calm_samples_;
+  const double congested = config_.congestion_throughput_fraction * calm_samples_;
   if (f.samples_per_s_window <= decisive) return true;
-  return f.samples_per_s > 0 && f.samples_per_s <= decisive &&
-         f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_;
+  if (farPast(f, link)) return true;
+  return f.samples_per_s > 0 && f.samples_per_s <= decisive && f.samples_per_s_window <= congested;
+}
+
+bool RulesPolicy::farPast(const Features& f, int link) const {
+  return excess(f, link) >= config_.decisive_signal_factor && f.samples_per_s > 0 &&
+         f.samples_per_s <= config_.congestion_throughput_fraction * calm_samples_;
+}
+
+double RulesPolicy::excess(const Features& f, int link) const {
+  if (link == kRdmaLink)
+    return config_.rdma_loss_ratio_high > 0 ? f.rdma.lossRatio() / config_.rdma_loss_ratio_high : 0;
+  if (link < 0 || !f.has_links) return 0;
+  const LinkSignals& ls = f.links[size_t(link)];
+  const TransportView v = viewOf(ls, Link(link));
+  return ls.seen && v.rtt_p50_high_s > 0 ? v.rtt_p50_s / v.rtt_p50_high_s : 0;
+}
+
+bool RulesPolicy::escalateOk(int64_t now_ns) const {
+  const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
+  // A failed probe of the lower rung must end quickly; other moves up wait the full dwell.
+  return since_switch >= config_.min_dwell.count() ||
+         (last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
+          since_switch >= config_.escalate_dwell.count());
+}
+
+void RulesPolicy::climb(Decision& d, Signal signal, int wanted, int link, const std::string& why,
+                        bool by_link, int64_t now_ns) {
+  d.change = true;
+  d.to.topology = topologyAt(wanted);
+  d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
+  d.detail = why;
+  trigger_link_ = link;
+  hidden_trigger_ = false;
+  if (last_descent_ns_ >= 0) {
+    if (now_ns - last_descent_ns_ < config_.failed_descent_window.count()) {
+      cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
+      reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
+      d.detail += fmt("; the last step down failed after %.1fs: next probe after %.0fs",
+                      double(now_ns - last_descent_ns_) * 1e-9,
+                      double(by_link || link >= 0 ? reprobe_ns_ : cooldown_ns_) * 1e-9);
+    } else {
+      cooldown_ns_ = config_.cooldown.count();
+      reprobe_ns_ = config_.reprobe_after.count();
+    }
+  }
+}
+
+Decision RulesPolicy::react(const Features& f, const Arm& current, int64_t now_ns) {
+  Decision d;
+  d.to = current;
+  // Only once decide() has a calm reference for this rung and its own clocks are set.
+  if (!f.has_steps || calm_samples_ <= 0 || cooldown_ns_ < 0 || reprobe_ns_ < 0) return d;
+  std::string why;
+  int link = -1;
+  const Signal signal = classify(f, why, &link);
+  const int level = levelOf(current.topology);
+  const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
+  if (wanted <= level || !escalateOk(now_ns) || !farPast(f, link)) {
+    react_looks_ = 0;
+    return d;
+  }
+  if (++react_looks_ < config_.react_looks) return d;
+  why += fmt(" (%.1fx the threshold; latest samples/s %.0f, ", excess(f, link), f.samples_per_s) +
+         fmt("%.0f calm: decisive between steps)", calm_samples_, 0);
+  const bool by_link = trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
+  climb(d, signal, wanted, link, why, by_link, now_ns);
+  moved(d, current, false, now_ns);
+  return d;
 }
 
 Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_ns) {
@@ -307,7 +377,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     // No reference yet (the job's first steps): the signal must hold for no_reference_steps.
     congested_steps_ =
         std::max(0, signal_steps_ - (config_.no_reference_steps - config_.escalate_steps));
-  } else if (decisive(f)) {
+  } else if (decisive(f, link)) {
     congested_steps_ = std::max(congested_steps_ + 1, config_.escalate_steps);
     why += fmt(" (samples/s %.0f, %.0f calm: decisive)",
                std::min(f.samples_per_s, f.samples_per_s_window), calm_samples_);
@@ -378,10 +448,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
 
   const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
   const bool dwell_ok = since_switch >= config_.min_dwell.count();
-  // A failed probe of the lower rung must end quickly; other moves up wait the full dwell.
-  const bool escalate_ok =
-      dwell_ok || (last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
-                   since_switch >= config_.escalate_dwell.count());
+  const bool escalate_ok = escalateOk(now_ns);
   // A step down is an A/B trial too: after probe_settle, the lower rung's samples/s over
   // probe_measure must not fall short of the rung it left (smoothed before the move) by more than
   // probe_loss, whatever the transport signals say (a clear link is no proof the lower rung is
@@ -424,24 +491,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.detail += fmt("; next probe after %.0fs (cooldown %.0fs)", double(reprobe_ns_) * 1e-9,
                     double(cooldown_ns_) * 1e-9);
   } else if (escalate_ok && congested_steps_ >= config_.escalate_steps) {
-    d.change = true;
-    d.to.topology = topologyAt(wanted);
-    d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
-    d.detail = why;
-    trigger_link_ = link;
-    hidden_trigger_ = false;
-    if (last_descent_ns_ >= 0) {
-      if (now_ns - last_descent_ns_ < config_.failed_descent_window.count()) {
-        cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
-        reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
-        d.detail += fmt("; the last step down failed after %.1fs: next probe after %.0fs",
-                        double(now_ns - last_descent_ns_) * 1e-9,
-                        double(by_link || link >= 0 ? reprobe_ns_ : cooldown_ns_) * 1e-9);
-      } else {
-        cooldown_ns_ = config_.cooldown.count();
-        reprobe_ns_ = config_.reprobe_after.count();
-      }
-    }
+    climb(d, signal, wanted, link, why, by_link, now_ns);
   } else if (dwell_ok && slow_since_ns_ >= 0 &&
              now_ns - slow_since_ns_ >= config_.slowdown_hold.count() &&
              now_ns >= slowdown_blocked_until_ns_) {
@@ -546,6 +596,12 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     }
   }
 
+  moved(d, current, ascent_failed, now_ns);
+  return d;
+}
+
+void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int64_t now_ns) {
+  const int level = levelOf(current.topology);
   if (d.change && d.to == current) d.change = false;
   if (d.change) {
     if (d.to.topology != current.topology) {
@@ -561,12 +617,12 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       slow_since_ns_ = -1;
     }
     last_switch_ns_ = now_ns;
+    react_looks_ = 0;
     congested_steps_ = 0;
     pin_steps_ = 0;
     pin_since_ns_ = -1;
     clear_since_ns_ = -1;
   }
-  return d;
 }
 
 }  // namespace bpftrain::collector::controller

@@ -86,6 +86,22 @@ struct RulesConfig {
   // instead of escalate_steps, half a second sooner. The window mean that far down, or the
   // latest reading with the window under congestion_throughput_fraction (decisive()).
   double decisive_throughput_fraction = 0.5;
+  // A link class whose RTT median (RDMA: loss per packet) is this many times its high threshold
+  // climbs as soon as the latest samples/s reading is at or below congestion_throughput_fraction
+  // of calm, on its first step and between window steps too (react(), on react_looks
+  // consecutive looks), without waiting for the 1 s window mean. The latest reading counts the
+  // training step still running; the window mean lags a whole step. On netlab (four-phase.json,
+  // load 5-11) the throttled ring's first step ran 1.44-1.62 s against 0.46-0.68 s calm, only
+  // 2.3-2.6x, so a reading at 0.5x calm came just after it had ended (decided 1.35-1.6 s after
+  // the change, 0.05-0.09 s past the boundary), and the decision then waited for a second
+  // 1.45-1.9 s step at the trainer's boundary: switch at 2.9-3.45 s. At 0.7x the reading falls
+  // 1.43x calm into the slow step, ~0.5 s before it ends. 1.5x (7.5 ms) is above every clear
+  // median measured (same_host 1.0-3.5 ms, other_host 0.6-3.7 ms) but inside the 5-8 ms that CPU
+  // load alone gave other_host in the steady-state e2e test, hence the throughput reading and
+  // the second look; throttled lo read 9.4-24 ms. Near the threshold the window mean and
+  // escalate_steps still decide.
+  double decisive_signal_factor = 1.5;
+  int react_looks = 2;
   // Before the rung has a calm reference (a job's first steps, one that starts congested) a
   // signal counts once it held this many consecutive steps (3 s).
   int no_reference_steps = 6;
@@ -179,6 +195,9 @@ class RulesPolicy final : public Policy {
   explicit RulesPolicy(RulesConfig config = {}) : config_(config) {}
   std::string_view name() const override { return "rules"; }
   Decision decide(const Features& features, const Arm& current, int64_t now_ns) override;
+  // Between steps: only the climb on a signal far past its threshold that the latest reading
+  // confirms (decisive_signal_factor); everything else waits for decide().
+  Decision react(const Features& features, const Arm& current, int64_t now_ns) override;
 
  private:
   enum class Signal { kClear, kNeutral, kCongested, kSevere };
@@ -197,7 +216,21 @@ class RulesPolicy final : public Policy {
   Signal classifyLink(const Features& f, int link, std::string& why, bool* seen) const;
   static std::string_view triggerName(int link);
   // The job's signal: the worst link class's (its index in *link, -1 for totals or bandwidth).
-  bool decisive(const Features& f) const;
+  bool decisive(const Features& f, int link) const;
+  // The link class far past its threshold (decisive_signal_factor) with the latest reading at or
+  // below congestion_throughput_fraction of calm.
+  bool farPast(const Features& f, int link) const;
+  // How many times its high threshold the link class's signal is (RTT median; RDMA loss per
+  // packet); 0 for the job's totals and bandwidth.
+  double excess(const Features& f, int link) const;
+  // A move up may go now (min_dwell, or escalate_dwell after a step down).
+  bool escalateOk(int64_t now_ns) const;
+  // The climb to `wanted` on `signal` of `link`; by_link: the step up being left was caused by a
+  // link class (how the failed-descent backoff is reported).
+  void climb(Decision& d, Signal signal, int wanted, int link, const std::string& why, bool by_link,
+             int64_t now_ns);
+  // Bookkeeping after any move: another rung's references, dwell, counts.
+  void moved(Decision& d, const Arm& current, bool ascent_failed, int64_t now_ns);
   Signal classify(const Features& f, std::string& why, int* link) const;
 
   RulesConfig config_;
@@ -253,6 +286,7 @@ class RulesPolicy final : public Policy {
   int64_t pin_blocked_until_ns_ = -1;
   double samples_ewma_ = -1, pin_signal_ewma_[kPinModeCount] = {};
   double calm_samples_ = -1;
+  int react_looks_ = 0;    // consecutive looks between steps that found farPast() (react())
   int signal_steps_ = 0;   // consecutive steps whose signal asks for a higher rung  // this rung's
                            // smoothed samples/s while not congested
   int trigger_link_ = -1;  // the link class whose signal made the last step up (-1: none)

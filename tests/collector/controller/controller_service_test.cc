@@ -248,6 +248,69 @@ TEST_F(ControllerServiceTest, AbandonsADecisionTheTrainerNeverApplies) {
 
 // Signing and checking alone: tests/common/control_frame_test.cc.
 
+// A policy that moves only between steps, when told to: what onTick() does with react().
+class ReactOnly final : public Policy {
+ public:
+  std::string_view name() const override { return "react-only"; }
+  Decision decide(const Features&, const Arm& current, int64_t) override {
+    ++decides;
+    Decision d;
+    d.to = current;
+    return d;
+  }
+  Decision react(const Features&, const Arm& current, int64_t) override {
+    ++reacts;
+    Decision d;
+    d.to = current;
+    if (go) {
+      d.change = true;
+      d.to.topology = Topology::kHierarchical;
+      d.reason = "congestion";
+      d.detail = "between steps";
+    }
+    return d;
+  }
+  bool go = false;
+  int decides = 0, reacts = 0;
+};
+
+// Between steps the service asks react() on fresh features and sends what it decides at once;
+// nothing is asked before the first step found the job, or while a decision is in flight.
+TEST_F(ControllerServiceTest, ATickSendsADecisionOfReactAtOnceAndWaitsWhileOneIsPending) {
+  std::string error;
+  auto owned = std::make_unique<ReactOnly>();
+  ReactOnly* policy = owned.get();
+  auto svc = ControllerService::create(config(), std::move(owned), &store_, error);
+  ASSERT_TRUE(svc) << error;
+  JobState j;
+  store_.set(snapshotsOf(j));
+  svc->onStep(store_, 0);
+  svc->onTick(store_, 100'000'000);
+  EXPECT_EQ(policy->reacts, 1);
+  EXPECT_FALSE(trainer_.receive(std::chrono::milliseconds(0)));
+  policy->go = true;
+  svc->onTick(store_, 200'000'000);
+  auto r = trainer_.receive(std::chrono::seconds(2));
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->mac_ok);
+  EXPECT_EQ(r->control.epoch, 1u);
+  EXPECT_EQ(r->control.topology, uint8_t(Topology::kHierarchical));
+  EXPECT_EQ(svc->pendingEpoch(), std::optional<uint64_t>(1));
+  EXPECT_EQ(svc->stats().decisions, 1u);
+  // In flight: no second look between steps; the step re-sends it as before.
+  svc->onTick(store_, 300'000'000);
+  EXPECT_EQ(policy->reacts, 2);
+  EXPECT_FALSE(trainer_.receive(std::chrono::milliseconds(0)));
+  svc->onStep(store_, kStepNs);
+  auto again = trainer_.receive(std::chrono::seconds(2));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->control.epoch, 1u);
+  auto log = readLog(log_);
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.back()["event"], "decision");
+  EXPECT_EQ(log.back()["detail"], "between steps");
+}
+
 TEST(ControllerServiceConfig, ErrorsNameTheFix) {
   std::string error;
   ControllerConfig c;

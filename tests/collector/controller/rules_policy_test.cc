@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 
@@ -144,43 +145,102 @@ TEST(RulesPolicy, IntraHostCongestionUpAndBackByProbingTheRing) {
 }
 
 // The latest reading counts as decisive before the window mean does, but only once the window
-// is below the plain congestion fraction too: one rank's one slow step is not enough.
-TEST(RulesPolicy, ALatestReadingFarDownDecidesOnceTheWindowFollows) {
-  auto features = [](double latest, double window, double same_host_rtt_s) {
-    Features f;
-    f.job = "j";
-    f.has_steps = f.has_transport = f.has_links = true;
-    f.ranks = 4;
-    f.topology = Topology::kRing;
-    f.pinning = PinMode::kNone;
-    f.step_p50_s = f.step_p99_s = 0.6;
-    f.allreduce_share = 0.5;
-    f.samples_per_s = latest;
-    f.samples_per_s_window = window;
-    LinkSignals& sh = f.links[int(Link::kSameHost)];
-    sh.seen = true;
-    sh.samples = 500;
-    sh.rtt_p50_s = same_host_rtt_s;
-    sh.rtt_p99_s = same_host_rtt_s * 3;
-    sh.rtt_jitter_s = sh.rtt_p99_s - sh.rtt_p50_s;
-    sh.queued_bytes_p99 = 6e6;
-    return f;
+// is below the plain congestion fraction too, or with the signal far past its threshold
+// (decisive_signal_factor, 1.5x): a reading near the threshold needs the window's confirmation.
+Features decisiveFeatures(double latest, double window, double same_host_rtt_s) {
+  Features f;
+  f.job = "j";
+  f.has_steps = f.has_transport = f.has_links = true;
+  f.ranks = 4;
+  f.topology = Topology::kRing;
+  f.pinning = PinMode::kNone;
+  f.step_p50_s = f.step_p99_s = 0.6;
+  f.allreduce_share = 0.5;
+  f.samples_per_s = latest;
+  f.samples_per_s_window = window;
+  LinkSignals& sh = f.links[int(Link::kSameHost)];
+  sh.seen = true;
+  sh.samples = 500;
+  sh.rtt_p50_s = same_host_rtt_s;
+  sh.rtt_p99_s = same_host_rtt_s * 3;
+  sh.rtt_jitter_s = std::min(sh.rtt_p99_s - sh.rtt_p50_s, 0.012);  // under the jitter threshold
+  sh.queued_bytes_p99 = 6e6;
+  return f;
+}
+
+TEST(RulesPolicy, ALatestReadingFarDownDecidesOnceTheWindowFollowsOrTheSignalIsFarPast) {
+  struct Case {
+    const char* name;
+    double latest, window, rtt_s;
+    bool climbs;
   };
-  for (const bool window_follows : {true, false}) {
-    SCOPED_TRACE(window_follows ? "window at 0.58x" : "window at 0.8x");
+  for (const Case& c : {Case{"latest 0.45x, window at 0.58x, rtt 1.2x", 90, 116, 6e-3, true},
+                        Case{"latest 0.45x, window at 0.8x, rtt 1.2x", 90, 160, 6e-3, false},
+                        Case{"latest 0.45x, window at 0.8x, rtt 1.8x", 90, 160, 9e-3, true},
+                        Case{"latest 0.65x, window at 0.95x, rtt 1.8x", 130, 190, 9e-3, true},
+                        Case{"latest 0.8x, window at 0.95x, rtt 1.8x", 160, 190, 9e-3, false}}) {
+    SCOPED_TRACE(c.name);
     RulesPolicy p;
     const Arm ring{};
     int64_t ns = 0;
     for (int i = 0; i < 40; ++i, ns += kStepNs)  // 20 s calm at 200 samples/s
-      ASSERT_FALSE(p.decide(features(200, 200, 1.5e-3), ring, ns).change);
-    // The congested step: RTT up, the latest reading at 0.45x calm.
-    const double window = window_follows ? 116 : 160;
-    Decision d = p.decide(features(90, window, 9e-3), ring, ns);
-    EXPECT_EQ(d.change, window_follows) << d.detail;
-    if (window_follows) {
+      ASSERT_FALSE(p.decide(decisiveFeatures(200, 200, 1.5e-3), ring, ns).change);
+    // The congested step: RTT up, the latest reading down.
+    Decision d = p.decide(decisiveFeatures(c.latest, c.window, c.rtt_s), ring, ns);
+    EXPECT_EQ(d.change, c.climbs) << d.detail;
+    if (c.climbs) {
       EXPECT_EQ(d.to.topology, Topology::kHierarchical);
       EXPECT_NE(d.detail.find("decisive"), std::string::npos) << d.detail;
     }
+  }
+}
+
+// Between window steps (react()) only a signal far past its threshold with the latest reading
+// confirming it on two consecutive looks moves the job, and a refused look changes nothing
+// decide() does afterwards.
+TEST(RulesPolicy, BetweenStepsOnlyAFarPastSignalTheLatestReadingConfirmsClimbs) {
+  const Arm ring{};
+  auto calm = [&](RulesPolicy& p, int64_t& ns) {
+    for (int i = 0; i < 40; ++i, ns += kStepNs)
+      ASSERT_FALSE(p.decide(decisiveFeatures(200, 200, 1.5e-3), ring, ns).change);
+  };
+  {
+    RulesPolicy p;
+    int64_t ns = 0;
+    calm(p, ns);
+    // Far past (1.8x) but the latest reading only 0.8x calm: no.
+    EXPECT_FALSE(p.react(decisiveFeatures(160, 190, 9e-3), ring, ns + 100'000'000).change);
+    // Near the threshold (1.2x) with the latest reading at 0.45x: no (decide()'s window decides).
+    EXPECT_FALSE(p.react(decisiveFeatures(90, 190, 6e-3), ring, ns + 200'000'000).change);
+    // Far past with the latest reading at 0.65x: a second look confirms it, then it climbs
+    // between steps and says so.
+    EXPECT_FALSE(p.react(decisiveFeatures(130, 190, 9e-3), ring, ns + 300'000'000).change);
+    Decision d = p.react(decisiveFeatures(130, 190, 9e-3), ring, ns + 400'000'000);
+    ASSERT_TRUE(d.change);
+    EXPECT_EQ(d.to.topology, Topology::kHierarchical);
+    EXPECT_EQ(d.reason, "congestion");
+    EXPECT_NE(d.detail.find("between steps"), std::string::npos) << d.detail;
+    // The move counts for the dwell: on hierarchical, nothing moves back down at once.
+    const Arm hier{Topology::kHierarchical, PinMode::kNone};
+    Features up = decisiveFeatures(400, 400, 1.5e-3);
+    up.topology = Topology::kHierarchical;
+    EXPECT_FALSE(p.decide(up, hier, ns + kStepNs).change);
+  }
+  {
+    // Refused looks leave decide() as it was: the step stream alone still needs its two steps
+    // for a near-threshold signal whose window follows.
+    RulesPolicy p;
+    int64_t ns = 0;
+    calm(p, ns);
+    for (int k = 1; k <= 4; ++k)
+      ASSERT_FALSE(p.react(decisiveFeatures(150, 150, 6e-3), ring, ns + k * 100'000'000).change);
+    EXPECT_FALSE(p.decide(decisiveFeatures(130, 130, 6e-3), ring, ns).change);
+    EXPECT_TRUE(p.decide(decisiveFeatures(130, 130, 6e-3), ring, ns + kStepNs).change);
+  }
+  {
+    // No calm reference yet (the job's first steps): nothing between steps.
+    RulesPolicy p;
+    EXPECT_FALSE(p.react(decisiveFeatures(10, 10, 20e-3), ring, 0).change);
   }
 }
 
