@@ -386,9 +386,8 @@ void ProbeServiceImpl::releaseSlot(size_t index) {
   const uint32_t slot_key = static_cast<uint32_t>(index);
   bool clean = true;  // nothing of the old target is left in the maps
   for (uint32_t tgid : slot.tgids) {
-    // Several senders can share a process (simulated ranks): only remove our own entry.
-    Status status = target_tgids_.slotOf(tgid) == slot_key ? target_tgids_.erase(tgid) : Status{};
-    if (!status.ok()) {
+    // Several senders can share a process (simulated ranks): only our own entry goes.
+    if (Status status = target_tgids_.erase(tgid, slot_key); !status.ok()) {
       dropTarget("pid " + std::to_string(tgid) + " may still count as " + slot.key, status);
       clean = false;
     }
@@ -463,10 +462,7 @@ void ProbeServiceImpl::addTgid(size_t index, uint32_t tgid) {
 
 void ProbeServiceImpl::removeTgid(size_t index, uint32_t tgid) {
   Slot& slot = slots_[index];
-  Status status = target_tgids_.slotOf(tgid) == static_cast<uint32_t>(index)
-                      ? target_tgids_.erase(tgid)
-                      : Status{};
-  if (!status.ok())
+  if (Status status = target_tgids_.erase(tgid, static_cast<uint32_t>(index)); !status.ok())
     dropTarget("pid " + std::to_string(tgid) + " may still count as " + slot.key, status);
   slot.target_links.erase(tgid);
   for (auto& loaded : loaded_)

@@ -74,9 +74,12 @@ uint32_t TgidSlotTable::slotOf(uint32_t tgid) const {
   return tgid < BPFTRAIN_PID_LIMIT ? __atomic_load_n(&bytes_[tgid], __ATOMIC_RELAXED) : 0;
 }
 
-Status TgidSlotTable::erase(uint32_t tgid) {
+Status TgidSlotTable::erase(uint32_t tgid, uint32_t slot) {
   if (tgid >= BPFTRAIN_PID_LIMIT) return outOfRange(tgid);
-  __atomic_store_n(&bytes_[tgid], uint8_t{0}, __ATOMIC_RELEASE);
+  uint8_t expected = static_cast<uint8_t>(slot);
+  if (slot < BPFTRAIN_MAX_SLOTS)
+    __atomic_compare_exchange_n(&bytes_[tgid], &expected, uint8_t{0}, false, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
   return {};
 }
 

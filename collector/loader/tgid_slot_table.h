@@ -35,8 +35,9 @@ class TgidSlotTable {
   Status insert(uint32_t tgid, uint32_t slot, bool only_new);
   // tgid's slot, 0 for none (no Status: callers ask for every process every poll).
   uint32_t slotOf(uint32_t tgid) const;
-  // Clears tgid's slot (nothing to do when it has none).
-  Status erase(uint32_t tgid);
+  // Clears tgid's slot when it is `slot`: several senders can share a process, and only the
+  // owner's entry goes (nothing to do when tgid has another slot or none).
+  Status erase(uint32_t tgid, uint32_t slot);
 
  private:
   UniqueFd fd_;

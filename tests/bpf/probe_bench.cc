@@ -246,7 +246,7 @@ int slotVariants(bench_empty_bpf* empty, TgidSlotTable& table, int reps, int sca
       bpf_map_update_elem(memo_tgids, &tgid, &slot, BPF_ANY);
       bpf_map_update_elem(tasks, &pidfd, &slot, BPF_ANY);
     } else {
-      (void)table.erase(tgid);
+      (void)table.erase(tgid, slot);
       bpf_map_delete_elem(memo_tgids, &tgid);
       bpf_map_delete_elem(tasks, &pidfd);
     }

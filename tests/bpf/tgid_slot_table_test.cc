@@ -63,9 +63,12 @@ TEST(TgidSlotTableTest, WritesThroughTheMappingAreWhatTheMapHolds) {
   ASSERT_TRUE(table.insert(4242, 9, /*only_new=*/false).ok());
   EXPECT_EQ(table.slotOf(4242), 9u);
 
-  ASSERT_TRUE(table.erase(4242).ok());
+  // Only the owning slot's entry goes.
+  ASSERT_TRUE(table.erase(4242, 7).ok());
+  EXPECT_EQ(table.slotOf(4242), 9u);
+  ASSERT_TRUE(table.erase(4242, 9).ok());
   EXPECT_EQ(table.slotOf(4242), 0u);
-  EXPECT_TRUE(table.erase(4242).ok()) << "erasing a pid with no slot is no error";
+  EXPECT_TRUE(table.erase(4242, 9).ok()) << "erasing a pid with no slot is no error";
 }
 
 TEST(TgidSlotTableTest, RefusesWhatTheTableCannotHold) {
@@ -74,7 +77,7 @@ TEST(TgidSlotTableTest, RefusesWhatTheTableCannotHold) {
   ASSERT_TRUE(table.valid());
   EXPECT_EQ(table.insert(BPFTRAIN_PID_LIMIT, 1, false).err(), ERANGE);
   EXPECT_EQ(table.slotOf(BPFTRAIN_PID_LIMIT), 0u);
-  EXPECT_EQ(table.erase(BPFTRAIN_PID_LIMIT).err(), ERANGE);
+  EXPECT_EQ(table.erase(BPFTRAIN_PID_LIMIT, 1).err(), ERANGE);
   // Slot 0 is --all's, and a slot must fit its byte.
   EXPECT_EQ(table.insert(1, BPFTRAIN_SLOT_ALL, false).err(), EINVAL);
   EXPECT_EQ(table.insert(1, BPFTRAIN_MAX_SLOTS, false).err(), EINVAL);
