@@ -9,8 +9,6 @@
 //    BPF attach; down where NUMA balancing is off or the file lacks the statistics.
 #include "collector/loader/probes/numa_hints.h"
 
-#include <dirent.h>
-
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -21,6 +19,7 @@
 
 #include "bpf/numa_hints.h"
 #include "collector/loader/probe_module.h"
+#include "collector/loader/proc_threads.h"
 #include "numa_hints.skel.h"
 
 namespace bpftrain::collector::loader::probes::numa_hints {
@@ -127,18 +126,15 @@ class Object final : public ProbeObject {
 
  private:
   void addProcess(uint32_t tgid, ThreadNumaFaults& sum) {
+    // A process gone reads nothing: its slot is released when its sender goes.
     const std::string task_dir = "/proc/" + std::to_string(tgid) + "/task";
-    DIR* dir = ::opendir(task_dir.c_str());
-    if (!dir) return;  // gone: its slot is released when its sender goes
-    while (const dirent* entry = ::readdir(dir)) {
-      if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-      if (!readFile(task_dir + "/" + entry->d_name + "/sched", text_)) continue;
-      if (auto faults = parseSchedNumaFaults(text_)) {
-        sum.local += faults->local;
-        sum.total += faults->total;
-      }
-    }
-    ::closedir(dir);
+    forEachThreadFile(AT_FDCWD, task_dir.c_str(), "sched", text_,
+                      [&](uint32_t, const std::string& text) {
+                        if (auto faults = parseSchedNumaFaults(text)) {
+                          sum.local += faults->local;
+                          sum.total += faults->total;
+                        }
+                      });
   }
 
   const TgidSlotTable& target_tgids_;

@@ -8,13 +8,11 @@
 // step takes its last increment with it. Down, with the fix, where the kernel keeps no schedstat.
 #include "collector/loader/probes/sched_wait.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -22,6 +20,7 @@
 
 #include "collector/loader/probe_module.h"
 #include "collector/loader/proc_counter_slots.h"
+#include "collector/loader/proc_threads.h"
 
 namespace bpftrain::collector::loader::probes::sched_wait {
 namespace {
@@ -30,22 +29,12 @@ const ProbeDef kProbes[] = {
     {"runqueue_wait", {}, "/proc/PID/task/TID/schedstat run_delay (read each step)"},
 };
 
-std::optional<uint64_t> readWaitNs(int task_dir, const char* tid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "%s/schedstat", tid);
-  UniqueFd fd(::openat(task_dir, path, O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return std::nullopt;
-  char buf[128];
-  const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-  if (n <= 0) return std::nullopt;
-  return parseRunqueueWaitNs(std::string_view(buf, static_cast<size_t>(n)));
-}
-
 // A process target's threads and the run-queue wait each had at the last step.
 struct Process {
   uint32_t tgid = 0;
   UniqueFd dir;                          // /proc/PID, held open: a reused pid is never read
   std::map<uint32_t, uint64_t> wait_ns;  // per thread, at the last step
+  std::string text;                      // the last schedstat read, its buffer reused
 
   static std::optional<Process> open(uint32_t tgid, Status& status) {
     const std::string path = "/proc/" + std::to_string(tgid);
@@ -55,35 +44,24 @@ struct Process {
       return std::nullopt;
     }
     if (!dir.valid()) return std::nullopt;
-    Process process{tgid, std::move(dir), {}};
+    Process process{tgid, std::move(dir), {}, {}};
     if (!process.advance()) return std::nullopt;  // every thread's baseline
     return process;
   }
 
   // What the process's threads waited since the last call; nullopt once the process is gone.
   std::optional<uint64_t> advance() {
-    const int task_fd = ::openat(dir.get(), "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (task_fd < 0) return std::nullopt;
-    DIR* tasks = ::fdopendir(task_fd);  // owns task_fd from here
-    if (tasks == nullptr) {
-      ::close(task_fd);
-      return std::nullopt;
-    }
     std::map<uint32_t, uint64_t> now;
     uint64_t delta = 0;
-    while (const dirent* entry = ::readdir(tasks)) {
-      uint32_t tid = 0;
-      const char* name = entry->d_name;
-      const auto [end, ec] = std::from_chars(name, name + std::strlen(name), tid);
-      if (ec != std::errc() || *end != '\0') continue;  // "." and ".."
-      const std::optional<uint64_t> wait = readWaitNs(::dirfd(tasks), name);
-      if (!wait) continue;  // exited between the listing and the read
-      if (auto it = wait_ns.find(tid); it != wait_ns.end() && *wait > it->second)
-        delta += *wait - it->second;
-      now.emplace(tid, *wait);
-    }
-    ::closedir(tasks);
-    if (now.empty()) return std::nullopt;  // a zombie has no threads to read
+    const bool listed = forEachThreadFile(
+        dir.get(), "task", "schedstat", text, [&](uint32_t tid, const std::string& t) {
+          const std::optional<uint64_t> wait = parseRunqueueWaitNs(t);
+          if (!wait) return;
+          if (auto it = wait_ns.find(tid); it != wait_ns.end() && *wait > it->second)
+            delta += *wait - it->second;
+          now.emplace(tid, *wait);
+        });
+    if (!listed || now.empty()) return std::nullopt;  // gone; a zombie has no threads to read
     wait_ns = std::move(now);
     return delta;
   }
