@@ -261,9 +261,14 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
   X(kProbeUp, "bpftrain_probe_up", kGauge, "1", "probe", "loader",                                 \
     "1 when a probe is attached, 0 when it is down (--list-probes says why)")                     \
   X(kProbeRuns, "bpftrain_probe_runs", kCounter, "runs", "probe", "bpf_stats",                     \
-    "Times a probe's BPF programs ran (kernel.bpf_stats_enabled)")                                 \
+    "Times a probe's BPF programs ran (kernel.bpf_stats_enabled; sampled: scaled from the windows " \
+    "measured)")                                                                                  \
   X(kProbeRunSeconds, "bpftrain_probe_run_seconds", kCounter, "seconds", "probe", "bpf_stats",     \
-    "CPU time a probe's BPF programs ran: the probes' cost to training")                          \
+    "CPU time a probe's BPF programs ran: the probes' cost to training (sampled: scaled from the " \
+    "windows measured)")                                                                          \
+  X(kProbeRunStatsMeasuredRatio, "bpftrain_probe_run_stats_measured_ratio", kGauge, "1", "",       \
+    "loader", "Share of time BPF run statistics are on (--probe-run-stats: 1 on, window/period "  \
+    "sampled, 0 off or not permitted)")                                                           \
   X(kProbeEventsLost, "bpftrain_probe_events_lost", kCounter, "events", "probe", "loader",         \
     "Events a probe could not deliver (ring buffer full; tcp: also sends on sockets whose owner " \
     "storage the kernel could not allocate)")                                                     \

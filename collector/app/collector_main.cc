@@ -33,6 +33,7 @@
 #include "common/metric_catalogue.h"
 #ifdef BPFTRAIN_HAVE_LOADER
 #include "collector/loader/probe_service.h"
+#include "collector/loader/run_stats_keeper.h"
 #endif
 
 namespace bpftrain::collector::app {
@@ -231,6 +232,8 @@ int run(int argc, char** argv) {
     po.all_processes = cfg.all_processes;
     po.pids = cfg.pids;
     po.cgroups = cfg.cgroups;
+    po.run_stats.mode =
+        loader::kRunStatsModeNames.parse(cfg.probe_run_stats).value_or(loader::RunStatsMode::kOff);
     probes = loader::ProbeService::create(po, *store, cfg.ingest_threads, error);
     if (!probes) {
       logf(LogLevel::kWarn, "bpf",
@@ -372,6 +375,24 @@ int run(int argc, char** argv) {
              "start-up",
              user.empty() ? "no bpftrain user" : "--user root");
     } else {
+#ifdef BPFTRAIN_HAVE_LOADER
+      // Sampled run statistics are switched on and off for the collector's whole life, which
+      // needs CAP_SYS_ADMIN: a keeper process holds that capability alone.
+      if (probes && cfg.probe_run_stats == "sampled") {
+        if (auto keeper = loader::RunStatsKeeper::start(error)) {
+          logf(LogLevel::kInfo, kLog,
+               "run-statistics keeper pid %d keeps CAP_SYS_ADMIN alone, to switch sampled BPF run "
+               "statistics (--probe-run-stats on|off needs none)",
+               int(keeper->pid()));
+          probes->useRunStatsSwitch(std::move(keeper));
+        } else {
+          logf(LogLevel::kWarn, kLog,
+               "%s: probe run time not exported (bpftrain_probe_run_stats_measured_ratio 0)",
+               error.c_str());
+          probes->useRunStatsSwitch(nullptr);  // off, rather than a refused switch every period
+        }
+      }
+#endif
       PrivilegeDrop drop;
       if (geteuid() != 0) user.clear();  // not root: reduce the capabilities only
       if (!dropPrivileges(user, probes_up ? capabilitiesForProbes() : std::vector<int>{}, drop,

@@ -126,6 +126,14 @@ const std::map<std::string, Setting>& settings() {
           c.no_bpf = v == "true";
           return {};
         }}},
+      {"probe_run_stats",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (v != "sampled" && v != "on" && v != "off")
+            return "expected sampled, on or off" + got(v);
+          c.probe_run_stats = v;
+          return {};
+        }}},
       {"control",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -203,10 +211,11 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"list_probes",
        {true, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          c.list_probes = v == "true";
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           c.list_probes = v == "true";
+                                                           return {};
+                                                         }}},
       {"list_metrics",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -529,6 +538,9 @@ const char* collectorUsage() {
          "(10m; 0s: never)\n"
          "  --upstream HOST:PORT   forward window summaries to a parent collector\n"
          "  --no-bpf               do not load BPF probes\n"
+         "  --probe-run-stats sampled|on|off   the probes' run time from the kernel's BPF run "
+         "statistics, which every BPF program on the host pays for while on: 1 s of every 30 s "
+         "(sampled, scaled), always, or never\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"
          "  --discover             find training ranks (torchrun, mpirun, srun) from their "
          "environment\n"

@@ -23,6 +23,9 @@ struct CollectorConfig {
   std::chrono::nanoseconds window = std::chrono::seconds(5);
   std::chrono::nanoseconds step = std::chrono::milliseconds(500);
   bool no_bpf = false;
+  // --probe-run-stats: BPF run statistics (bpftrain_probe_run_seconds_total) sampled (1 s of
+  // every 30 s: every BPF program on the host pays their timing while they are on), on or off.
+  std::string probe_run_stats = "sampled";
   bool control = false;
   bool nccl_control = false;  // --nccl-control: steer NCCL jobs' tuner plugins (same secret, mode)
   std::string policy = "rules";         // rules|bandit

@@ -105,6 +105,7 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
     discovered_changed_ = true;
   }
   std::vector<ProbeStatus> status() const override;
+  void useRunStatsSwitch(std::unique_ptr<RunStatsSwitch> stats_switch) override;
 
  private:
   void markDown(Probe& probe, std::string reason);
@@ -151,7 +152,8 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
   SeriesStore* store_;  // null for listProbes()
   int writer_;
   int ncpus_ = 0;
-  UniqueFd stats_fd_;
+  std::unique_ptr<RunStatsSampler> run_stats_;
+  SeriesId run_stats_ratio_id_ = kUnset;
   TgidSlotTable target_tgids_;
   HashMap<uint64_t, uint32_t> target_cgroups_;
   std::vector<Loaded> loaded_;
@@ -217,19 +219,9 @@ void ProbeServiceImpl::init() {
     for (auto& probe : probes_) markDown(probe, cpus.message());
     return;
   }
-  // Run-time statistics for bpftrain_probe_run_seconds_total: held by an fd, so they switch off
-  // again (kernel.bpf_stats_enabled restored) when the collector exits, even on a crash.
-  if (options_.bpf_stats) {
-    int fd = -1;
-    const Status stats = check("bpf_stats not enabled", [&] {
-      fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-      return fd;
-    });
-    if (stats.ok())
-      stats_fd_ = UniqueFd(fd);
-    else
-      std::fprintf(stderr, "bpftrain: %s: probe run time not exported\n", stats.message().c_str());
-  }
+  // Run-time statistics for bpftrain_probe_run_seconds_total (run_stats_sampler.h): held by an
+  // fd, so they switch off again when the collector exits, even on a crash.
+  run_stats_ = std::make_unique<RunStatsSampler>(options_.run_stats, ownRunStatsSwitch());
   auto tgids = TgidSlotTable::create();
   auto cgroups = HashMap<uint64_t, uint32_t>::create("bt_cgroups", BPFTRAIN_MAX_TARGET_CGROUPS);
   for (const Status* failed : {&tgids.status(), &cgroups.status()})
@@ -585,10 +577,12 @@ void ProbeServiceImpl::readLossAndStats(int64_t now_ns) {
            now_ns);
     targets_dropped_reported_ = targets_dropped_;
   }
+  const RunStatsSampler::Reading reading =
+      run_stats_ ? run_stats_->beforeRead(now_ns) : RunStatsSampler::Reading{};
   for (auto& probe : probes_) {
     if (probe.up_id == kUnset) probe.up_id = probeSeries(metrics::kProbeUp, probe.def->name);
     record(probe.up_id, probe.up ? 1.0 : 0.0, now_ns);
-    if (!probe.up || !stats_fd_.valid()) continue;
+    if (!probe.up || !reading.read) continue;
     RunStats stats;
     Status status;
     for (const bpf_program* prog : probe.programs)
@@ -603,13 +597,21 @@ void ProbeServiceImpl::readLossAndStats(int64_t now_ns) {
       probe.run_seconds_id = probeSeries(metrics::kProbeRunSeconds, probe.def->name);
       probe.runs_id = probeSeries(metrics::kProbeRuns, probe.def->name);
     }
-    if (stats.run_ns > probe.prev_run_ns)
-      record(probe.run_seconds_id, (stats.run_ns - probe.prev_run_ns) * 1e-9, now_ns);
-    if (stats.run_cnt > probe.prev_run_cnt)
-      record(probe.runs_id, static_cast<double>(stats.run_cnt - probe.prev_run_cnt), now_ns);
+    // A sampled window's runs are scaled to the time it stands for (scale 0: a base only).
+    if (stats.run_ns > probe.prev_run_ns && reading.scale > 0)
+      record(probe.run_seconds_id, (stats.run_ns - probe.prev_run_ns) * 1e-9 * reading.scale,
+             now_ns);
+    if (stats.run_cnt > probe.prev_run_cnt && reading.scale > 0)
+      record(probe.runs_id, static_cast<double>(stats.run_cnt - probe.prev_run_cnt) * reading.scale,
+             now_ns);
     probe.prev_run_ns = stats.run_ns;
     probe.prev_run_cnt = stats.run_cnt;
   }
+  if (!run_stats_) return;
+  run_stats_->afterRead(now_ns);
+  if (run_stats_ratio_id_ == kUnset)
+    run_stats_ratio_id_ = window::lookupMetric(*store_, metrics::kProbeRunStatsMeasuredRatio, {});
+  record(run_stats_ratio_id_, run_stats_->measuredRatio(), now_ns);
 }
 
 void ProbeServiceImpl::poll(const ingest::SenderRegistry& registry, int64_t now_ns) {
@@ -629,6 +631,10 @@ void ProbeServiceImpl::poll(const ingest::SenderRegistry& registry, int64_t now_
     if (Status status = loaded.object->consume(*this); !status.ok()) failModule(loaded, status);
   }
   readLossAndStats(now_ns);
+}
+
+void ProbeServiceImpl::useRunStatsSwitch(std::unique_ptr<RunStatsSwitch> stats_switch) {
+  if (run_stats_) run_stats_->replaceSwitch(std::move(stats_switch));
 }
 
 std::vector<ProbeStatus> ProbeServiceImpl::status() const {
@@ -676,7 +682,7 @@ std::vector<ProbeStatus> ProbeService::listProbes() {
     return out;
   }
   ProbeOptions options;
-  options.bpf_stats = false;
+  options.run_stats.mode = RunStatsMode::kOff;
   ProbeServiceImpl probe_set(options, nullptr, 0);
   probe_set.init();
   return probe_set.status();

@@ -13,6 +13,7 @@
 
 #include "collector/discovery/discovered_rank.h"
 #include "collector/ingest/sender_registry.h"
+#include "collector/loader/run_stats_sampler.h"
 #include "collector/window/series_store.h"
 
 namespace bpftrain::collector::loader {
@@ -22,7 +23,7 @@ struct ProbeOptions {
   std::vector<pid_t> pids;           // --pid (repeatable); job="manual", rank=pid's index
   std::vector<std::string> cgroups;  // --cgroup PATH (repeatable)
   // Tuning (the defaults are what the collector wants):
-  bool bpf_stats = true;                        // export probe run time (BPF_ENABLE_STATS)
+  RunStatsSchedule run_stats;  // probe run time (BPF_ENABLE_STATS): sampled, on or off
   uint64_t tcp_sample_interval_ns = 1'000'000;  // at most one queue-depth sample per socket per ms
   uint64_t pmu_sample_period = 10'000;          // PMU events per BPF run (where a PMU exists)
   std::string rdma_sysfs_root = "/sys/class/infiniband";  // RDMA port counters (tests: a fixture)
@@ -55,6 +56,9 @@ class ProbeService {
   // series may expire (--series-ttl). From the same thread as poll().
   virtual void setDiscovered(std::vector<discovery::DiscoveredRank> ranks) = 0;
   virtual std::vector<ProbeStatus> status() const = 0;
+  // Before a privilege drop that takes CAP_SYS_ADMIN: from now on run statistics are switched
+  // through `stats_switch` (a helper that kept the capability).
+  virtual void useRunStatsSwitch(std::unique_ptr<RunStatsSwitch> stats_switch) = 0;
 
   // For --list-probes: tries each probe on this machine and reports, then detaches everything.
   static std::vector<ProbeStatus> listProbes();

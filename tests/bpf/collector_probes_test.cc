@@ -59,7 +59,8 @@ TEST_F(CollectorProbesTest, ManualPidMigrationsAndFaultsThroughMetrics) {
       [] { tests::bpf::pinSelf(0); },
       [] { return tests::bpf::migrateSelf(kMoves) + tests::bpf::touchFreshPages(kPages); });
   ASSERT_TRUE(target.ready(5s));
-  Collector c({"--pid", std::to_string(target.pid())});
+  // Exact run counts: every run of the migration program, not a sampled estimate.
+  Collector c({"--pid", std::to_string(target.pid()), "--probe-run-stats", "on"});
   ASSERT_GT(c.metrics_port, 0) << c.proc->err;
   // probe_up appears after the first poll, which is also when the --pid target is installed.
   auto m = c.scrapeUntil(
@@ -207,6 +208,25 @@ TEST_F(CollectorProbesTest, DropsToTheUserAndKeepsOnlyWhatTheProbesUseWhileMetri
   auto m = c.scrapeUntil([&](const Metrics& s) { return get(s, key) >= 64; }, 30s);
   EXPECT_GE(get(m, key), 64) << c.proc->err;
   EXPECT_GT(sumPrefix(m, "bpftrain_probe_up{"), 0);
+
+  // Sampled run statistics (the default) still come after the drop: the keeper process switches
+  // them, holding CAP_SYS_ADMIN (bit 21) alone, with no_new_privs and none of the collector's fds.
+  m = c.scrapeUntil(
+      [](const Metrics& s) { return sumPrefix(s, "bpftrain_probe_run_seconds_total{") > 0; }, 10s);
+  EXPECT_GT(sumPrefix(m, "bpftrain_probe_run_seconds_total{"), 0) << c.proc->err;
+  EXPECT_NEAR(get(m, "bpftrain_probe_run_stats_measured_ratio"), 1.0 / 30, 1e-9);
+  const size_t at = c.proc->err.find("run-statistics keeper pid ");
+  ASSERT_NE(at, std::string::npos) << c.proc->err;
+  const std::string keeper = std::to_string(std::atoi(c.proc->err.c_str() + at + 26));
+  EXPECT_EQ(statusField("/proc/" + keeper + "/status", "CapEff"), "0000000000200000");
+  EXPECT_EQ(statusField("/proc/" + keeper + "/status", "CapPrm"), "0000000000200000");
+  EXPECT_EQ(statusField("/proc/" + keeper + "/status", "NoNewPrivs"), "1");
+  int fds = 0;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + keeper + "/fd")) {
+    (void)fd;
+    ++fds;
+  }
+  EXPECT_LE(fds, 5) << "stdout, stderr and its two pipes (and a BPF-stats fd while on)";
 }
 
 // Without probes nothing is kept; samples still flow.

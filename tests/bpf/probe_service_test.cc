@@ -114,6 +114,8 @@ class ProbeServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<ProbeService> start(ProbeOptions options) {
+    // Exact run counts (the collector's default samples them 1 s in 30 s).
+    options.run_stats.mode = RunStatsMode::kOn;
     std::string error;
     auto service = ProbeService::create(options, *store_, 0, error);
     EXPECT_NE(service, nullptr) << error;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench_trap.skel.h"
+#include "tests/support/bootstrap.h"
 
 // The uprobe's target: a call the compiler cannot fold away, in this binary's text.
 extern "C" __attribute__((noinline)) uint64_t bpftrain_trap_target(uint64_t x) {
@@ -79,27 +80,8 @@ bool targetOffset(std::string& path, uint64_t& offset) {
   return false;
 }
 
-struct Interval {
-  double median, lo, hi;
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// The median of `v` and a bootstrap 95% interval of it (2000 resamples, percentile method).
-Interval bootstrapMedian(const std::vector<double>& v, std::mt19937_64& rng) {
-  std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
-  std::vector<double> medians, sample(v.size());
-  for (int r = 0; r < 2000; ++r) {
-    for (double& x : sample) x = v[pick(rng)];
-    medians.push_back(median(sample));
-  }
-  std::sort(medians.begin(), medians.end());
-  return {median(v), medians[50], medians[1949]};
-}
+using bpftrain::testing::bootstrapMedian;
+using bpftrain::testing::Interval;
 
 struct ProgStats {
   uint64_t runs = 0, run_ns = 0;
