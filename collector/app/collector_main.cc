@@ -232,6 +232,7 @@ int run(int argc, char** argv) {
     po.all_processes = cfg.all_processes;
     po.pids = cfg.pids;
     po.cgroups = cfg.cgroups;
+    po.disabled = {cfg.disabled_probes.begin(), cfg.disabled_probes.end()};
     po.run_stats.mode =
         loader::kRunStatsModeNames.parse(cfg.probe_run_stats).value_or(loader::RunStatsMode::kOff);
     probes = loader::ProbeService::create(po, *store, cfg.ingest_threads, error);

@@ -300,6 +300,17 @@ const std::map<std::string, Setting>& settings() {
                                        c.cgroups.push_back(v);
                                        return {};
                                      }}},
+      {"disable_probe",
+       {false, true,
+        [](CollectorConfig& c,
+           const std::string& v) -> std::
+                                     string {
+                                       if (v.empty())
+                                         return "expected a probe name (--list-probes names them)" +
+                                                got(v);
+                                       c.disabled_probes.push_back(v);
+                                       return {};
+                                     }}},
       {"log_level",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -484,6 +495,7 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
     if (s.repeated && flag_lists_reset.insert(key).second) {
       if (key == "pid") out.pids.clear();
       if (key == "cgroup") out.cgroups.clear();
+      if (key == "disable_probe") out.disabled_probes.clear();
     }
     if (s.is_bool) {
       bool mode_value = key == "control" && controller::parseControlMode(value).has_value();
@@ -538,6 +550,8 @@ const char* collectorUsage() {
          "(10m; 0s: never)\n"
          "  --upstream HOST:PORT   forward window summaries to a parent collector\n"
          "  --no-bpf               do not load BPF probes\n"
+         "  --disable-probe NAME   do not attach this probe (repeatable; --list-probes names "
+         "them)\n"
          "  --probe-run-stats sampled|on|off   the probes' run time from the kernel's BPF run "
          "statistics, which every BPF program on the host pays for while on: 1 s of every 30 s "
          "(sampled, scaled), always, or never\n"

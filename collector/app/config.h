@@ -54,9 +54,12 @@ struct CollectorConfig {
   size_t rcvbuf_bytes = 32u << 20;   // per ingest socket
   std::vector<pid_t> pids;           // --pid (repeatable)
   std::vector<std::string> cgroups;  // --cgroup (repeatable)
-  bool all_processes = false;        // --all
-  bool discover = false;             // --discover: find torchrun/mpirun/srun ranks on this host
-  size_t discover_max_jobs = 32;     // --discover-max-jobs: more jobs are counted, not followed
+  // --disable-probe NAME (repeatable): probes not attached at all (--list-probes names them);
+  // e.g. thp_faults, whose program runs on every page allocation of the host.
+  std::vector<std::string> disabled_probes;
+  bool all_processes = false;     // --all
+  bool discover = false;          // --discover: find torchrun/mpirun/srun ranks on this host
+  size_t discover_max_jobs = 32;  // --discover-max-jobs: more jobs are counted, not followed
   bool list_probes = false;
   bool list_metrics = false;  // print the metric catalogue as a markdown table, then exit
   bool help = false;

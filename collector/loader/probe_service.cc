@@ -260,6 +260,8 @@ void ProbeServiceImpl::loadModules(const ProbeEnv& env) {
 
 void ProbeServiceImpl::attachProbes() {
   for (auto& probe : probes_) {
+    if (options_.disabled.count(std::string(probe.def->name)))
+      markDown(probe, "disabled (--disable-probe " + std::string(probe.def->name) + ")");
     if (!probe.reason.empty()) continue;  // known to be down already
     ProbeObject* object = loaded_[probe.module].object.get();
     if (!object) {
@@ -667,6 +669,15 @@ std::unique_ptr<ProbeService> ProbeService::create(const ProbeOptions& options,
       error = "--cgroup " + cgroup + ": not a cgroup v2 directory (e.g. /sys/fs/cgroup/my.slice)";
       return nullptr;
     }
+  }
+  for (const auto& name : options.disabled) {
+    bool known = false;
+    for (const ProbeModule* module : probeModules())
+      for (const auto& def : module->probes()) known |= def.name == name;
+    if (!known)
+      std::fprintf(stderr,
+                   "bpftrain: --disable-probe %s: no such probe (--list-probes names them)\n",
+                   name.c_str());
   }
   auto service = std::make_unique<ProbeServiceImpl>(options, &store, writer_index);
   service->init();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct ProbeOptions {
   bool all_processes = false;        // --all
   std::vector<pid_t> pids;           // --pid (repeatable); job="manual", rank=pid's index
   std::vector<std::string> cgroups;  // --cgroup PATH (repeatable)
+  std::set<std::string> disabled;    // --disable-probe NAME: never attached (probe_up 0, why)
   // Tuning (the defaults are what the collector wants):
   RunStatsSchedule run_stats;  // probe run time (BPF_ENABLE_STATS): sampled, on or off
   uint64_t tcp_sample_interval_ns = 1'000'000;  // at most one queue-depth sample per socket per ms

@@ -288,13 +288,14 @@ int slotVariants(bench_empty_bpf* empty, TgidSlotTable& table, int reps, int sca
 }
 
 // --blocks N: the slowdown goals as the issue states them (CPU with the probes attached over CPU
-// without), resolved where the repetitions above are not. Each block runs three segments of a
+// without), resolved where the repetitions above are not. Each block runs four segments of a
 // workload in a random order -- A1 and A2 with nothing attached, B with all of bpftrain's probes
-// targeting this process (loaded before the segment, so loading is not timed) -- on CPU 0, in
-// this thread's CPU time, which holds the fault path's programs. Per block (B - A1) / A1 is the
-// slowdown and (A2 - A1) / A1 the same design with nothing attached (A/A); a slow stretch of the
-// shared host moves a block, not the pairing. Prints the median of each with a bootstrap 95%
-// interval.
+// targeting this process, C with all but `without` (--without, default thp_faults: the fault
+// path's one program, on every page allocation) -- each service loaded before its segment, so
+// loading is not timed, on CPU 0, in this thread's CPU time, which holds the fault path's
+// programs. Per block (B - A1) / A1 is the slowdown, (C - A1) / A1 the same without that probe
+// and (A2 - A1) / A1 the design with nothing attached (A/A); a slow stretch of the shared host
+// moves a block, not the pairing. Prints the median of each with a bootstrap 95% interval.
 struct BlockWorkload {
   const char* name;
   double goal;  // the slowdown allowed, as a ratio
@@ -307,7 +308,7 @@ double threadCpuMs() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-int slowdownBlocks(int blocks, bool stats, int scale) {
+int slowdownBlocks(int blocks, bool stats, int scale, const std::string& without) {
   const BlockWorkload workloads[] = {
       {"page-fault storm", 1.03,
        [scale] {
@@ -327,24 +328,25 @@ int slowdownBlocks(int blocks, bool stats, int scale) {
   }
   std::mt19937_64 rng(20261203);
   std::printf(
-      "\nslowdown in %d blocks of A1/A2/B in random order (CPU 0, thread CPU time, "
-      "bpf_stats %s):\n%-20s %9s %-17s %9s %-17s %6s %s\n",
-      blocks, stats ? "on" : "off", "workload", "probes x", "(95%)", "A/A x", "(95%)", "goal",
-      "verdict");
+      "\nslowdown in %d blocks of A1/A2/B/C in random order (CPU 0, thread CPU time, "
+      "bpf_stats %s; C: all but %s):\n%-18s %-25s %-25s %-25s %6s %s\n",
+      blocks, stats ? "on" : "off", without.c_str(), "workload", "probes x (95%)",
+      ("without " + without + " x (95%)").c_str(), "A/A x (95%)", "goal", "verdict (all probes)");
   for (const BlockWorkload& w : workloads) {
     w.segment();  // warm-up: the allocator's and the page cache's first touch is not the cost
-    std::vector<double> ab, aa;
-    int order[3] = {0, 1, 2};  // 0: A1, 1: A2, 2: B
+    std::vector<double> ab, ac, aa;
+    int order[4] = {0, 1, 2, 3};  // 0: A1, 1: A2, 2: B, 3: C
     for (int b = 0; b < blocks; ++b) {
       std::shuffle(std::begin(order), std::end(order), rng);
-      double ms[3] = {};
+      double ms[4] = {};
       for (int segment : order) {
         std::unique_ptr<collector::window::SeriesStore> store;
         std::unique_ptr<collector::loader::ProbeService> service;
-        if (segment == 2) {
+        if (segment >= 2) {
           store = collector::window::SeriesStore::create({});
           collector::loader::ProbeOptions options;
           options.pids = {getpid()};
+          if (segment == 3) options.disabled = {without};
           // This process already holds them on (or off) as asked.
           options.run_stats.mode = collector::loader::RunStatsMode::kOff;
           std::string error;
@@ -359,13 +361,20 @@ int slowdownBlocks(int blocks, bool stats, int scale) {
         ms[segment] = threadCpuMs() - t0;
       }
       ab.push_back(ms[2] / ms[0]);
+      ac.push_back(ms[3] / ms[0]);
       aa.push_back(ms[1] / ms[0]);
     }
-    const auto slow = testing::bootstrapMedian(ab, rng), floor = testing::bootstrapMedian(aa, rng);
+    const auto all = testing::bootstrapMedian(ab, rng), but = testing::bootstrapMedian(ac, rng),
+               floor = testing::bootstrapMedian(aa, rng);
     // Met when the whole interval is under the goal; missed when it is all over; else unresolved.
-    const char* verdict = slow.hi <= w.goal ? "met" : slow.lo > w.goal ? "not met" : "unresolved";
-    std::printf("%-20s %9.4f (%.4f-%.4f) %9.4f (%.4f-%.4f) %6.2f %s\n", w.name, slow.median,
-                slow.lo, slow.hi, floor.median, floor.lo, floor.hi, w.goal, verdict);
+    const char* verdict = all.hi <= w.goal ? "met" : all.lo > w.goal ? "not met" : "unresolved";
+    auto cell = [](const testing::Interval& i) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.4f (%.4f-%.4f)", i.median, i.lo, i.hi);
+      return std::string(buf);
+    };
+    std::printf("%-18s %-25s %-25s %-25s %6.2f %s\n", w.name, cell(all).c_str(), cell(but).c_str(),
+                cell(floor).c_str(), w.goal, verdict);
     std::fflush(stdout);
   }
   unpinSelf();
@@ -377,7 +386,8 @@ int slowdownBlocks(int blocks, bool stats, int scale) {
 int main(int argc, char** argv) {
   int reps = 5;
   int blocks = 20;
-  std::string only;  // --workload: the table's workloads whose name contains it
+  std::string only;                    // --workload: the table's workloads whose name contains it
+  std::string without = "thp_faults";  // --without: the blocks' C segment leaves it out
   bool quick = false, with_bpftrace = true, verbose = false, stats = true, variants = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
@@ -396,11 +406,15 @@ int main(int argc, char** argv) {
       blocks = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--workload") && i + 1 < argc)
       only = argv[++i];
+    else if (!std::strcmp(argv[i], "--without") && i + 1 < argc)
+      without = argv[++i];
     else {
-      std::fprintf(stderr,
-                   "usage: %s [--reps N] [--blocks N] [--workload NAME] [--quick] [--no-bpftrace] "
-                   "[--verbose] [--no-stats] [--variants]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--reps N] [--blocks N] [--without PROBE] [--workload NAME] [--quick] "
+          "[--no-bpftrace] "
+          "[--verbose] [--no-stats] [--variants]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -697,7 +711,7 @@ int main(int argc, char** argv) {
   std::printf(
       "goals: page-fault storm ours cpu x <= 1.03, training-like <= 1.01, each probe <= 1.50 x "
       "empty; A'/A is the noise floor of this run\n");
-  const int blocks_status = blocks > 0 ? slowdownBlocks(blocks, stats, scale) : 0;
+  const int blocks_status = blocks > 0 ? slowdownBlocks(blocks, stats, scale, without) : 0;
   bench_empty_bpf__destroy(empty);
   if (stats_fd >= 0) close(stats_fd);
   return blocks_status;

@@ -344,6 +344,33 @@ TEST_F(ProbeServiceTest, WithAllATargetsThpFaultsStillCount) {
   EXPECT_GT(total("bpftrain_probe_runs", {{"probe", "page_faults"}}), 0) << "loaded for --all";
 }
 
+// --disable-probe: the probe is never attached (down, saying why, and its program never runs)
+// while the others of its module still count.
+TEST_F(ProbeServiceTest, ADisabledProbeIsDownSaysWhyAndNeverRuns) {
+  Child target([] {}, [] { return tests::bpf::touchFreshPages(2000); });
+  ASSERT_TRUE(target.ready(5s));
+  ProbeOptions options;
+  options.pids = {target.pid()};
+  options.disabled = {"thp_faults"};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  for (const auto& s : service->status()) {
+    if (s.name == "thp_faults") {
+      EXPECT_FALSE(s.up);
+      EXPECT_EQ(s.reason, "disabled (--disable-probe thp_faults)");
+    } else if (s.name == "page_faults") {
+      EXPECT_TRUE(s.up) << s.reason;
+    }
+  }
+  target.go();
+  int64_t pages = 0;
+  ASSERT_TRUE(target.result(pages, 20s));
+  service->poll(registry_, monotonicNowNs());
+  EXPECT_GE(total("bpftrain_page_faults", {{"job", "manual"}, {"rank", "0"}}), pages);
+  EXPECT_EQ(total("bpftrain_probe_runs", {{"probe", "thp_faults"}}), 0);
+  EXPECT_EQ(total("bpftrain_probe_up", {{"probe", "thp_faults"}}), 0);
+}
+
 TEST_F(ProbeServiceTest, MunmapInMultithreadedProcessCountsShootdowns) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 online CPUs for a shootdown";
   constexpr int64_t kRounds = 2000;

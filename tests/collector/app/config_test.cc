@@ -84,7 +84,13 @@ TEST(ConfigTest, EveryFlag) {
                     "--log-level",
                     "debug",
                     "--rcvbuf",
-                    "8192"},
+                    "8192",
+                    "--disable-probe",
+                    "thp_faults",
+                    "--disable-probe",
+                    "tcp",
+                    "--probe-run-stats",
+                    "off"},
                    c, err))
       << err;
   EXPECT_EQ(c.listen.str(), "0.0.0.0:1");
@@ -102,6 +108,10 @@ TEST(ConfigTest, EveryFlag) {
   EXPECT_EQ(c.cgroups, std::vector<std::string>{"/sys/fs/cgroup"});
   EXPECT_EQ(c.log_level, LogLevel::kDebug);
   EXPECT_EQ(c.rcvbuf_bytes, 8192u);
+  EXPECT_EQ(c.disabled_probes, (std::vector<std::string>{"thp_faults", "tcp"}));
+  EXPECT_EQ(c.probe_run_stats, "off");
+  EXPECT_FALSE(load({"--probe-run-stats", "sometimes"}, c, err));
+  EXPECT_NE(err.find("expected sampled, on or off"), std::string::npos) << err;
 }
 
 TEST(ConfigTest, FileThenFlagsOverride) {
