@@ -80,8 +80,12 @@ int listProbes(const CollectorConfig& cfg) {
 #ifdef BPFTRAIN_HAVE_LOADER
   for (const auto& p : loader::ProbeService::listProbes()) {
     std::string what = loader::ProbeService::describe(p.name);
-    std::printf("%-20s %-4s %s%s%s\n", p.name.c_str(), p.up ? "up" : "DOWN", what.c_str(),
-                p.up ? "" : "  -- ", p.reason.c_str());
+    const bool off = !loader::ProbeService::offByDefault(p.name).empty() &&
+                     std::find(cfg.enabled_probes.begin(), cfg.enabled_probes.end(), p.name) ==
+                         cfg.enabled_probes.end();
+    std::printf("%-20s %-4s %s%s%s%s\n", p.name.c_str(), p.up ? "up" : "DOWN", what.c_str(),
+                p.up ? "" : "  -- ", p.reason.c_str(),
+                off ? ("  -- off by default: --enable-probe " + p.name).c_str() : "");
   }
   printDiscovery(cfg);
   return 0;
@@ -233,6 +237,7 @@ int run(int argc, char** argv) {
     po.pids = cfg.pids;
     po.cgroups = cfg.cgroups;
     po.disabled = {cfg.disabled_probes.begin(), cfg.disabled_probes.end()};
+    po.enabled = {cfg.enabled_probes.begin(), cfg.enabled_probes.end()};
     po.run_stats.mode =
         loader::kRunStatsModeNames.parse(cfg.probe_run_stats).value_or(loader::RunStatsMode::kOff);
     probes = loader::ProbeService::create(po, *store, cfg.ingest_threads, error);
@@ -245,7 +250,8 @@ int run(int argc, char** argv) {
       health.bpf_enabled = 1;
       for (const auto& s : probes->status()) {
         if (!s.up)
-          logf(LogLevel::kWarn, "bpf", "probe %s is down: %s", s.name.c_str(), s.reason.c_str());
+          logf(s.left_out ? LogLevel::kInfo : LogLevel::kWarn, "bpf", "probe %s is %s: %s",
+               s.name.c_str(), s.left_out ? "left out" : "down", s.reason.c_str());
       }
       listeners.push_back({"bpf", [&](int64_t now) { probes->poll(registry, now); }});
       onDiscovered = [&](std::vector<discovery::DiscoveredRank> ranks) {

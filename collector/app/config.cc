@@ -311,6 +311,17 @@ const std::map<std::string, Setting>& settings() {
                                        c.disabled_probes.push_back(v);
                                        return {};
                                      }}},
+      {"enable_probe",
+       {false, true,
+        [](CollectorConfig& c,
+           const std::string& v) -> std::
+                                     string {
+                                       if (v.empty())
+                                         return "expected a probe name (--list-probes names them)" +
+                                                got(v);
+                                       c.enabled_probes.push_back(v);
+                                       return {};
+                                     }}},
       {"log_level",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -496,6 +507,7 @@ bool loadConfig(int argc, const char* const* argv, CollectorConfig& out, std::st
       if (key == "pid") out.pids.clear();
       if (key == "cgroup") out.cgroups.clear();
       if (key == "disable_probe") out.disabled_probes.clear();
+      if (key == "enable_probe") out.enabled_probes.clear();
     }
     if (s.is_bool) {
       bool mode_value = key == "control" && controller::parseControlMode(value).has_value();
@@ -552,6 +564,8 @@ const char* collectorUsage() {
          "  --no-bpf               do not load BPF probes\n"
          "  --disable-probe NAME   do not attach this probe (repeatable; --list-probes names "
          "them)\n"
+         "  --enable-probe NAME    attach a probe that is off by default (repeatable): "
+         "thp_faults\n"
          "  --probe-run-stats sampled|on|off   the probes' run time from the kernel's BPF run "
          "statistics, which every BPF program on the host pays for while on: 1 s of every 30 s "
          "(sampled, scaled), always, or never\n"

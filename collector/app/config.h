@@ -57,6 +57,9 @@ struct CollectorConfig {
   // --disable-probe NAME (repeatable): probes not attached at all (--list-probes names them);
   // e.g. thp_faults, whose program runs on every page allocation of the host.
   std::vector<std::string> disabled_probes;
+  // --enable-probe NAME (repeatable): a probe off by default attached (--list-probes says which
+  // are: thp_faults).
+  std::vector<std::string> enabled_probes;
   bool all_processes = false;     // --all
   bool discover = false;          // --discover: find torchrun/mpirun/srun ranks on this host
   size_t discover_max_jobs = 32;  // --discover-max-jobs: more jobs are counted, not followed

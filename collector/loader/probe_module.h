@@ -34,6 +34,9 @@ struct ProbeDef {
   std::string_view name;
   std::vector<std::string_view> programs;  // must attach for the probe to be up
   std::string_view source;                 // what it attaches to, for --list-probes
+  // Why the collector leaves it out unless --enable-probe names it ("" for a probe on by
+  // default): its program runs on a path too hot for its worth to every job.
+  std::string_view off_by_default = {};
 };
 
 // What one u64 of a module's per-slot counter struct means.

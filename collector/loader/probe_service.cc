@@ -50,6 +50,7 @@ struct Probe {
   size_t module = 0;  // index into loaded_
   size_t local = 0;   // the module's own index for it
   bool up = false;
+  bool left_out = false;  // --disable-probe, or off by default and not enabled
   std::string reason;
   std::vector<const bpf_program*> programs;  // for bpf_stats
   uint64_t prev_run_ns = 0, prev_run_cnt = 0;
@@ -260,8 +261,14 @@ void ProbeServiceImpl::loadModules(const ProbeEnv& env) {
 
 void ProbeServiceImpl::attachProbes() {
   for (auto& probe : probes_) {
-    if (options_.disabled.count(std::string(probe.def->name)))
-      markDown(probe, "disabled (--disable-probe " + std::string(probe.def->name) + ")");
+    const std::string name(probe.def->name);
+    probe.left_out = options_.disabled.count(name) ||
+                     (!probe.def->off_by_default.empty() && !options_.enabled.count(name));
+    if (options_.disabled.count(name))
+      markDown(probe, "disabled (--disable-probe " + name + ")");
+    else if (probe.left_out)
+      markDown(probe, "off by default, --enable-probe " + name + " attaches it (" +
+                          std::string(probe.def->off_by_default) + ")");
     if (!probe.reason.empty()) continue;  // known to be down already
     ProbeObject* object = loaded_[probe.module].object.get();
     if (!object) {
@@ -582,6 +589,9 @@ void ProbeServiceImpl::readLossAndStats(int64_t now_ns) {
   const RunStatsSampler::Reading reading =
       run_stats_ ? run_stats_->beforeRead(now_ns) : RunStatsSampler::Reading{};
   for (auto& probe : probes_) {
+    // A probe left out on purpose (--disable-probe, or off by default) is not down: no
+    // probe_up 0 for the ProbeDown alert to fire on.
+    if (probe.left_out) continue;
     if (probe.up_id == kUnset) probe.up_id = probeSeries(metrics::kProbeUp, probe.def->name);
     record(probe.up_id, probe.up ? 1.0 : 0.0, now_ns);
     if (!probe.up || !reading.read) continue;
@@ -642,7 +652,7 @@ void ProbeServiceImpl::useRunStatsSwitch(std::unique_ptr<RunStatsSwitch> stats_s
 std::vector<ProbeStatus> ProbeServiceImpl::status() const {
   std::vector<ProbeStatus> out;
   for (const auto& probe : probes_)
-    out.push_back({std::string(probe.def->name), probe.up, probe.reason});
+    out.push_back({std::string(probe.def->name), probe.up, probe.reason, probe.left_out});
   return out;
 }
 
@@ -670,6 +680,15 @@ std::unique_ptr<ProbeService> ProbeService::create(const ProbeOptions& options,
       return nullptr;
     }
   }
+  for (const auto& name : options.enabled) {
+    bool known = false;
+    for (const ProbeModule* module : probeModules())
+      for (const auto& def : module->probes()) known |= def.name == name;
+    if (!known)
+      std::fprintf(stderr,
+                   "bpftrain: --enable-probe %s: no such probe (--list-probes names them)\n",
+                   name.c_str());
+  }
   for (const auto& name : options.disabled) {
     bool known = false;
     for (const ProbeModule* module : probeModules())
@@ -694,9 +713,19 @@ std::vector<ProbeStatus> ProbeService::listProbes() {
   }
   ProbeOptions options;
   options.run_stats.mode = RunStatsMode::kOff;
+  // Whether each could attach here, those off by default included (the listing says which).
+  for (const ProbeModule* module : probeModules())
+    for (const auto& def : module->probes()) options.enabled.insert(std::string(def.name));
   ProbeServiceImpl probe_set(options, nullptr, 0);
   probe_set.init();
   return probe_set.status();
+}
+
+std::string ProbeService::offByDefault(const std::string& probe) {
+  for (const ProbeModule* module : probeModules())
+    for (const auto& def : module->probes())
+      if (probe == def.name) return std::string(def.off_by_default);
+  return {};
 }
 
 std::string ProbeService::describe(const std::string& probe) {

@@ -24,6 +24,7 @@ struct ProbeOptions {
   std::vector<pid_t> pids;           // --pid (repeatable); job="manual", rank=pid's index
   std::vector<std::string> cgroups;  // --cgroup PATH (repeatable)
   std::set<std::string> disabled;    // --disable-probe NAME: never attached (probe_up 0, why)
+  std::set<std::string> enabled;     // --enable-probe NAME: a probe off by default attached
   // Tuning (the defaults are what the collector wants):
   RunStatsSchedule run_stats;  // probe run time (BPF_ENABLE_STATS): sampled, on or off
   uint64_t tcp_sample_interval_ns = 1'000'000;  // at most one queue-depth sample per socket per ms
@@ -37,7 +38,8 @@ struct ProbeOptions {
 struct ProbeStatus {
   std::string name;  // e.g. "migrations", "tlb_flush", "dtlb_misses"
   bool up = false;
-  std::string reason;  // why not, in words a user can act on; empty when up
+  std::string reason;     // why not, in words a user can act on; empty when up
+  bool left_out = false;  // down on purpose: --disable-probe, or off by default
 };
 
 class ProbeService {
@@ -66,6 +68,8 @@ class ProbeService {
   static std::vector<ProbeStatus> listProbes();
   // What a probe attaches to (tracepoint, PMU event, USDT), for --list-probes; "" if unknown.
   static std::string describe(const std::string& probe);
+  // Why a probe is off unless --enable-probe names it; "" for one on by default.
+  static std::string offByDefault(const std::string& probe);
 };
 
 }  // namespace bpftrain::collector::loader

@@ -254,7 +254,9 @@ def host_board():
     b.row("Faults and huge pages")
     b.panel("Page faults/s per rank", "User page faults of each rank",
             [target(rate_by("bpftrain_page_faults_total", "rank"), "rank {{rank}}")])
-    b.panel("THP faults/s per rank", "Huge-page allocations on the ranks' faults",
+    b.panel("THP faults/s per rank",
+            "Huge-page allocations on the ranks' faults (thp_faults is off by default: "
+            "bpftrain-collector --enable-probe thp_faults; it runs on every page allocation)",
             [target(rate_by("bpftrain_thp_faults_total", "rank"), "rank {{rank}}")])
     b.panel("THP-backed model memory per rank",
             "Model and gradient memory backed by transparent huge pages",

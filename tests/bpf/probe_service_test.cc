@@ -114,8 +114,10 @@ class ProbeServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<ProbeService> start(ProbeOptions options) {
-    // Exact run counts (the collector's default samples them 1 s in 30 s).
+    // Exact run counts (the collector's default samples them 1 s in 30 s), and every probe, those
+    // off by default (thp_faults) included.
     options.run_stats.mode = RunStatsMode::kOn;
+    options.enabled.insert("thp_faults");
     std::string error;
     auto service = ProbeService::create(options, *store_, 0, error);
     EXPECT_NE(service, nullptr) << error;
@@ -368,7 +370,31 @@ TEST_F(ProbeServiceTest, ADisabledProbeIsDownSaysWhyAndNeverRuns) {
   service->poll(registry_, monotonicNowNs());
   EXPECT_GE(total("bpftrain_page_faults", {{"job", "manual"}, {"rank", "0"}}), pages);
   EXPECT_EQ(total("bpftrain_probe_runs", {{"probe", "thp_faults"}}), 0);
-  EXPECT_EQ(total("bpftrain_probe_up", {{"probe", "thp_faults"}}), 0);
+  EXPECT_EQ(series("bpftrain_probe_up", {{"probe", "thp_faults"}}).name, "")
+      << "left out on purpose is not down: no probe_up 0 for the ProbeDown alert";
+}
+
+// thp_faults is off unless enabled: down, saying how to turn it on; --list-probes still tries it.
+TEST_F(ProbeServiceTest, AProbeOffByDefaultIsDownUntilEnabled) {
+  std::string error;
+  auto service = ProbeService::create(ProbeOptions{}, *store_, 0, error);
+  ASSERT_NE(service, nullptr) << error;
+  const ProbeStatus* thp = nullptr;
+  const auto all = service->status();
+  for (const auto& s : all)
+    if (s.name == "thp_faults") thp = &s;
+  ASSERT_NE(thp, nullptr);
+  EXPECT_FALSE(thp->up);
+  EXPECT_NE(thp->reason.find("off by default, --enable-probe thp_faults attaches it"),
+            std::string::npos)
+      << thp->reason;
+  EXPECT_FALSE(ProbeService::offByDefault("thp_faults").empty());
+  EXPECT_TRUE(ProbeService::offByDefault("migrations").empty());
+  for (const auto& s : ProbeService::listProbes()) {
+    if (s.name == "thp_faults") {
+      EXPECT_EQ(s.reason.find("off by default"), std::string::npos) << s.reason;
+    }
+  }
 }
 
 TEST_F(ProbeServiceTest, MunmapInMultithreadedProcessCountsShootdowns) {

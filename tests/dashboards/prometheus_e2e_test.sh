@@ -69,7 +69,9 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND until it 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/secret"
 chmod 600 "$tmp/secret"
 control=127.0.0.1:$(free_port udp)
-"$collector_bin" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --control --policy bandit \
+# Every probe this host has, thp_faults (off by default) included: each panel must show data.
+"$collector_bin" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --enable-probe thp_faults \
+  --control --policy bandit \
   --secret "$tmp/secret" --trainer "$control" --job "$job" >"$tmp/collector.out" 2>"$tmp/collector.log" &
 pids+=($!)
 wait_for 20 "the collector's ready line" grep -q listening "$tmp/collector.out"

@@ -34,7 +34,13 @@ const ProbeDef kProbes[] = {
     {"page_faults",
      {"on_page_fault_user"},
      "/proc/PID/stat minflt+majflt; tp_btf exceptions:page_fault_user for --cgroup/--all"},
-    {"thp_faults", {"on_page_alloc"}, "tp_btf kmem:mm_page_alloc (PMD order)"},
+    // Its program runs on every page allocation of the host: tools/bench probes' blocks measured
+    // a page-fault storm at 1.066-1.079x CPU with it and 0.995-1.000x without (80 blocks each,
+    // load 5-7; docs/probes.md), against a goal of 1.03x for the fault path.
+    {"thp_faults",
+     {"on_page_alloc"},
+     "tp_btf kmem:mm_page_alloc (PMD order)",
+     "its program runs on every page allocation of the host (about 6% of a page-fault storm)"},
 };
 
 // The process's fault count from its open stat file (pread at 0 makes the kernel write it anew).

@@ -90,7 +90,9 @@ TEST(ConfigTest, EveryFlag) {
                     "--disable-probe",
                     "tcp",
                     "--probe-run-stats",
-                    "off"},
+                    "off",
+                    "--enable-probe",
+                    "thp_faults"},
                    c, err))
       << err;
   EXPECT_EQ(c.listen.str(), "0.0.0.0:1");
@@ -110,6 +112,7 @@ TEST(ConfigTest, EveryFlag) {
   EXPECT_EQ(c.rcvbuf_bytes, 8192u);
   EXPECT_EQ(c.disabled_probes, (std::vector<std::string>{"thp_faults", "tcp"}));
   EXPECT_EQ(c.probe_run_stats, "off");
+  EXPECT_EQ(c.enabled_probes, std::vector<std::string>{"thp_faults"});
   EXPECT_FALSE(load({"--probe-run-stats", "sometimes"}, c, err));
   EXPECT_NE(err.find("expected sampled, on or off"), std::string::npos) << err;
 }
