@@ -186,6 +186,13 @@ const std::map<std::string, Setting>& settings() {
           c.all_processes = v == "true";
           return {};
         }}},
+      {"rdma_sources",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (v != "auto" && v != "all") return "expected auto or all" + got(v);
+          c.rdma_sources_all = v == "all";
+          return {};
+        }}},
       {"discover",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -530,6 +537,9 @@ const char* collectorUsage() {
          "  --upstream HOST:PORT   forward window summaries to a parent collector\n"
          "  --no-bpf               do not load BPF probes\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"
+         "  --rdma-sources auto|all  auto: count each RDMA work request once (rdma_rxe where\n"
+         "                         it sees every device a process opened, else rdma_verbs'\n"
+         "                         uprobes); all: every source that sees it\n"
          "  --discover             find training ranks (torchrun, mpirun, srun) from their "
          "environment\n"
          "  --discover-max-jobs N  jobs --discover follows at most (32); more are counted\n"
