@@ -96,9 +96,9 @@ struct rxe_send_wqe___bpftrain {
 
 struct qp_state {
   __u32 tgid;
-  __s32 slot;  // the poster's slot at its last doorbell
-  __u32 qpn;   // the QP number: another QP at a freed one's address is a new QP
-  __u32 mask;  // the send queue's index mask and log2 of its WQE size, read once
+  __s32 slot;       // the poster's slot at its last doorbell
+  __u32 qpn;        // the QP number: another QP at a freed one's address is a new QP
+  __u32 mask;       // the send queue's index mask and log2 of its WQE size, read once
   __u64 last_prod;  // producer index after the WQEs already counted (u64: cmpxchg'ed)
   __u32 next_cons;  // the send-queue index do_complete should retire next
   __u32 qp_index;   // its label: the order its process's QPs were first seen, capped
@@ -289,8 +289,7 @@ int BPF_KPROBE(on_do_complete, struct rxe_qp___bpftrain* qp, struct rxe_send_wqe
     return 0;
   }
   // The WQE's queue position, from its address and the state's geometry (no read).
-  const char* data =
-      (const char*)state->buf + bpf_core_type_size(struct rxe_queue_buf___bpftrain);
+  const char* data = (const char*)state->buf + bpf_core_type_size(struct rxe_queue_buf___bpftrain);
   const __u32 mask = state->mask;
   const __u32 log2 = state->log2 & 31;
   const __u32 index = (__u32)(((const char*)wqe - data) >> log2) & mask;

@@ -210,10 +210,11 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"list_probes",
        {true, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          c.list_probes = v == "true";
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           c.list_probes = v == "true";
+                                                           return {};
+                                                         }}},
       {"list_metrics",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::

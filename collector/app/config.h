@@ -52,9 +52,10 @@ struct CollectorConfig {
   std::vector<pid_t> pids;           // --pid (repeatable)
   std::vector<std::string> cgroups;  // --cgroup (repeatable)
   bool all_processes = false;        // --all
-  bool rdma_sources_all = false;     // --rdma-sources all (default auto: collector/loader/rdma_source.h)
-  bool discover = false;             // --discover: find torchrun/mpirun/srun ranks on this host
-  size_t discover_max_jobs = 32;     // --discover-max-jobs: more jobs are counted, not followed
+  bool rdma_sources_all =
+      false;              // --rdma-sources all (default auto: collector/loader/rdma_source.h)
+  bool discover = false;  // --discover: find torchrun/mpirun/srun ranks on this host
+  size_t discover_max_jobs = 32;  // --discover-max-jobs: more jobs are counted, not followed
   bool list_probes = false;
   bool list_metrics = false;  // print the metric catalogue as a markdown table, then exit
   bool help = false;

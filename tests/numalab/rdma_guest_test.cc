@@ -469,13 +469,13 @@ TEST_F(RdmaGuestTest, AutoSourcesCountAGlooProgramOnRxeOnceFromTheKernel) {
     EXPECT_LE(total("bpftrain_rdma_work_requests", rank, "write", "gloo"), 0) << rank;
     EXPECT_LE(total("bpftrain_rdma_work_requests", rank, "recv", "gloo"), 0) << rank;
     EXPECT_LE(total("bpftrain_rdma_work_completions", rank, "recv", "gloo"), 0) << rank;
-    auto rxe = series("bpftrain_rdma_source_info",
-                      {{"job", "manual"}, {"rank", rank}, {"source", "rxe"}});
+    auto rxe =
+        series("bpftrain_rdma_source_info", {{"job", "manual"}, {"rank", rank}, {"source", "rxe"}});
     EXPECT_FALSE(rxe.name.empty()) << "rank " << rank << ": no source_info{source=\"rxe\"}";
     EXPECT_EQ(rxe.last, 1.0) << rank;
-    EXPECT_TRUE(series("bpftrain_rdma_source_info",
-                       {{"job", "manual"}, {"rank", rank}, {"source", "gloo"}})
-                    .name.empty())
+    EXPECT_TRUE(
+        series("bpftrain_rdma_source_info", {{"job", "manual"}, {"rank", rank}, {"source", "gloo"}})
+            .name.empty())
         << rank;
   }
 }

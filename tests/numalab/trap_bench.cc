@@ -210,8 +210,9 @@ int main(int argc, char** argv) {
         kprobe_calls = uint64_t(value);
       continue;
     }
-    std::fprintf(stderr,
-                 "usage: bpftrain-trap-bench [--blocks N] [--calls N] [--kprobe-calls N] [--parts]\n");
+    std::fprintf(
+        stderr,
+        "usage: bpftrain-trap-bench [--blocks N] [--calls N] [--kprobe-calls N] [--parts]\n");
     return 2;
   }
   // One CPU: a migration mid-segment would charge the other CPU's cache misses to one side.

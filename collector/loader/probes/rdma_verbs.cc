@@ -9,9 +9,9 @@
 // step; the choice is logged once per process and exported as bpftrain_rdma_source_info.
 #include "bpf/rdma_verbs.h"
 
+#include <array>
 #include <cstdio>
 #include <fstream>
-#include <array>
 #include <map>
 #include <string>
 
@@ -67,8 +67,9 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
     proc_root_ = env.options.proc_root;
     infiniband_class_ = env.options.rdma_sysfs_root;
     const size_t parent = infiniband_class_.rfind('/');
-    verbs_class_ = (parent == std::string::npos ? std::string(".") : infiniband_class_.substr(0, parent)) +
-                   "/infiniband_verbs";
+    verbs_class_ =
+        (parent == std::string::npos ? std::string(".") : infiniband_class_.substr(0, parent)) +
+        "/infiniband_verbs";
     target_tgids_ = &env.target_tgids;
     kernel_sees_rxe_ = rxeKprobesUnavailable().empty();
   }
@@ -176,7 +177,7 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
   std::string proc_root_, infiniband_class_, verbs_class_;
   const TgidSlotTable* target_tgids_ = nullptr;
   bool kernel_sees_rxe_ = false;
-  std::map<uint32_t, Target> targets_;                       // under auto: tgid -> its choice
+  std::map<uint32_t, Target> targets_;                        // under auto: tgid -> its choice
   std::map<uint32_t, std::array<window::SeriesId, 2>> info_;  // slot -> source_info (rxe, gloo)
 };
 
