@@ -85,8 +85,10 @@ std::string_view name(RdmaSourceChoice choice) {
 
 RdmaSourceChoice chooseRdmaSource(std::span<const std::string> devices, bool kernel_sees_rxe,
                                   const std::function<bool(const std::string&)>& is_soft_roce) {
-  if (devices.empty()) return RdmaSourceChoice::kUndecided;
+  // Without the kernel side nothing is to be chosen: the uprobes from the start, as before the
+  // choice existed (no device to wait for, and no post can come before they are attached).
   if (!kernel_sees_rxe) return RdmaSourceChoice::kUprobes;
+  if (devices.empty()) return RdmaSourceChoice::kUndecided;
   const bool all_seen = std::all_of(devices.begin(), devices.end(), is_soft_roce);
   return all_seen ? RdmaSourceChoice::kKernel : RdmaSourceChoice::kUprobes;
 }

@@ -34,9 +34,9 @@ std::vector<std::string> verbsDevicesOf(const std::string& proc_root, uint32_t t
 bool isSoftRoce(const std::string& infiniband_class, const std::string& device);
 
 enum class RdmaSourceChoice : uint8_t {
-  kUndecided,  // no verbs device open yet: no work request can have been posted
+  kUndecided,  // rdma_rxe is up and no verbs device is open yet (none can have been posted to)
   kKernel,     // every open device is soft-RoCE and rdma_rxe is up: no uprobes
-  kUprobes,    // some device the kernel side cannot see (a real NIC), or no rdma_rxe
+  kUprobes,    // some device the kernel side cannot see (a real NIC), or no rdma_rxe at all
 };
 std::string_view name(RdmaSourceChoice choice);
 

@@ -88,8 +88,9 @@ TEST_F(RdmaSourceTest, TheKernelSideWhereItSeesEveryDeviceElseUprobes) {
   EXPECT_EQ(choose(21, true), RdmaSourceChoice::kUprobes);
   EXPECT_EQ(choose(22, true), RdmaSourceChoice::kUprobes);
   EXPECT_EQ(choose(23, true), RdmaSourceChoice::kUndecided);
-  // No rdma_rxe kprobes (this host: no kprobes): uprobes even on rxe.
+  // No rdma_rxe kprobes (this host: no kprobes): uprobes even on rxe, and from the start.
   EXPECT_EQ(choose(20, false), RdmaSourceChoice::kUprobes);
+  EXPECT_EQ(choose(23, false), RdmaSourceChoice::kUprobes);
   EXPECT_EQ(name(RdmaSourceChoice::kKernel), "rxe");
   EXPECT_EQ(name(RdmaSourceChoice::kUprobes), "gloo");
 }

@@ -3,10 +3,11 @@
 // the programs attach per target process, by symbol name, in that mapping (seen through
 // /proc/PID/root, so a rank in another mount namespace is found too); a process that maps no
 // libgloo posts no work requests through Gloo and is simply not one. Under --rdma-sources auto
-// (collector/loader/rdma_source.h) a process gets the uprobes only once it has a verbs device
-// open that rdma_rxe's kprobes cannot see: a work request is counted once, by the cheaper side.
-// Until its first device is open (no work request can be posted before) it waits, checked each
-// step; the choice is logged once per process and exported as bpftrain_rdma_source_info.
+// (collector/loader/rdma_source.h) a process gets the uprobes unless every verbs device it has
+// open is one rdma_rxe's kprobes see: a work request is counted once, by the cheaper side. Where
+// rdma_rxe is up, a process waits for its first device (no work request can be posted before),
+// checked each step; the choice is logged once per process and exported as
+// bpftrain_rdma_source_info.
 #include "bpf/rdma_verbs.h"
 
 #include <array>
@@ -126,6 +127,7 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
     if (target.choice == RdmaSourceChoice::kUndecided) return {};
     std::string list;
     for (const auto& d : devices) list += (list.empty() ? "" : ",") + d;
+    if (list.empty()) list = "no verbs device yet";
     std::fprintf(stderr,
                  "bpftrain: rdma: pid %u on %s: work requests from %s (--rdma-sources auto; "
                  "bpftrain_rdma_source_info{source=\"%s\"})\n",
