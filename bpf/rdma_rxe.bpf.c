@@ -96,14 +96,17 @@ struct rxe_send_wqe___bpftrain {
 
 struct qp_state {
   __u32 tgid;
-  __s32 slot;  // the poster's slot at its last doorbell
-  __u32 qpn;   // the QP number: another QP at a freed one's address is a new QP
-  __u32 pad;
+  __s32 slot;       // the poster's slot at its last doorbell
+  __u32 qpn;        // the QP number: another QP at a freed one's address is a new QP
+  __u32 mask;       // the send queue's index mask and log2 of its WQE size, read once
   __u64 last_prod;  // producer index after the WQEs already counted (u64: cmpxchg'ed)
   __u32 next_cons;  // the send-queue index do_complete should retire next
   __u32 qp_index;   // its label: the order its process's QPs were first seen, capped
   __u64 posted;     // send WQEs counted as posted on this QP
   __u64 completed;  // ... and completed
+  __u64 buf;        // the send queue's shared buffer (struct rxe_queue_buf *), fixed for its life
+  __u32 log2;
+  __u32 pad;
   __u64 post_ns[RDMA_RXE_RING];
 };
 
@@ -161,23 +164,22 @@ static __always_inline int opOfWr(__u32 opcode) {
   }
 }
 
+// One helper call (bpf_ringbuf_output copies from the stack) and no wakeup: the collector drains
+// the ring once per step and never sleeps on it, and a wakeup is an irq_work self-IPI.
 static __always_inline void sample(int slot, const struct qp_state* state, __s64 delta,
                                    __u64 completion_ns) {
   __u32 key = (__u32)slot;
   __s64* out = bpf_map_lookup_elem(&outstanding, &key);
   if (!out) return;
   __s64 now = __sync_add_and_fetch(out, delta);
-  struct rdma_rxe_sample* s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-  if (!s) {
-    BPFTRAIN_COUNT_LOST();
-    return;
-  }
-  s->slot = (__u32)slot;
-  s->outstanding = now > 0 ? (__u32)now : 0;
-  s->completion_ns = completion_ns;
-  s->qp = state->qp_index;
-  s->qp_outstanding = (__u32)(state->posted - state->completed);
-  bpf_ringbuf_submit(s, 0);
+  struct rdma_rxe_sample s = {
+      .slot = (__u32)slot,
+      .outstanding = now > 0 ? (__u32)now : 0,
+      .completion_ns = completion_ns,
+      .qp = state->qp_index,
+      .qp_outstanding = (__u32)(state->posted - state->completed),
+  };
+  if (bpf_ringbuf_output(&samples, &s, sizeof(s), BPF_RB_NO_WAKEUP)) BPFTRAIN_COUNT_LOST();
 }
 
 static __always_inline int slotOfTask(struct task_struct* task) {
@@ -189,11 +191,14 @@ static __always_inline int slotOfTask(struct task_struct* task) {
 
 // Counts the WQEs between the QP's last claimed producer index and the one now as posted, once:
 // the doorbell and do_complete both claim (a skipped doorbell kprobe's WQEs are found by the
-// next event on the QP), and cmpxchg gives a range to one of them only.
-static __always_inline void claimPosts(struct qp_state* state, struct rxe_queue_buf___bpftrain* buf,
-                                       struct rdma_rxe_counts* c, int slot) {
-  const __u32 mask = BPF_CORE_READ(buf, index_mask);
-  const __u32 log2 = BPF_CORE_READ(buf, log2_elem_size) & 31;
+// next event on the QP), and cmpxchg gives a range to one of them only. The queue's geometry is
+// the state's (read when the QP was first seen): each kernel read here is a helper call, and the
+// helper calls are most of the program's cost (docs/probes.md, "What a probe costs").
+static __always_inline void claimPosts(struct qp_state* state, struct rdma_rxe_counts* c,
+                                       int slot) {
+  struct rxe_queue_buf___bpftrain* buf = (void*)state->buf;
+  const __u32 mask = state->mask;
+  const __u32 log2 = state->log2 & 31;
   const __u32 prod = BPF_CORE_READ(buf, producer_index) & mask;
   const __u64 old = state->last_prod;
   const __u32 fresh = (prod - (__u32)old) & mask;
@@ -219,21 +224,24 @@ static __always_inline void claimPosts(struct qp_state* state, struct rxe_queue_
   sample(slot, state, fresh, 0);
 }
 
+// Ordered so that the common case reads least: the slot first (no helper: a per-CPU load and an
+// inlined array), then the QP's state; only a QP seen for the first time (or a new QP at a gone
+// one's address) reads the driver's objects beyond its number and producer index.
 SEC("kprobe/rxe_post_send")
 int BPF_KPROBE(on_post_send, void* ibqp) {
-  struct rxe_qp___bpftrain* qp =
-      (void*)((char*)ibqp - bpf_core_field_offset(struct rxe_qp___bpftrain, ibqp));
-  if (!BPF_CORE_READ(qp, is_user)) return 0;  // a kernel ULP's QP: posts WRs itself, no process
   const int slot = currentSlot();
   if (slot < 0) return 0;
-  struct rdma_rxe_counts* c = slotCounts(&counts, slot);
-  if (!c) return 0;
-  struct rxe_queue_buf___bpftrain* buf = BPF_CORE_READ(qp, sq.queue, buf);
-  if (!buf) return 0;
+  struct rxe_qp___bpftrain* qp =
+      (void*)((char*)ibqp - bpf_core_field_offset(struct rxe_qp___bpftrain, ibqp));
   __u64 key = (__u64)qp;
   const __u32 qpn = BPF_CORE_READ(qp, ibqp.qp_num);
   struct qp_state* state = bpf_map_lookup_elem(&qps, &key);
+  struct rdma_rxe_counts* c = slotCounts(&counts, slot);
+  if (!c) return 0;
   if (!state || state->qpn != qpn) {
+    if (!BPF_CORE_READ(qp, is_user)) return 0;  // a kernel ULP's QP: posts WRs itself, no process
+    struct rxe_queue_buf___bpftrain* buf = BPF_CORE_READ(qp, sq.queue, buf);
+    if (!buf) return 0;
     __u32 zero = 0;
     struct qp_state* empty = bpf_map_lookup_elem(&empty_state, &zero);
     if (!empty) return 0;
@@ -245,10 +253,13 @@ int BPF_KPROBE(on_post_send, void* ibqp) {
       return 0;
     }
     state->qpn = qpn;
+    state->buf = (__u64)buf;
+    state->mask = BPF_CORE_READ(buf, index_mask);
+    state->log2 = BPF_CORE_READ(buf, log2_elem_size) & 31;
     // First doorbell seen: what the completer has not retired yet is posted from now on.
-    state->next_cons = BPF_CORE_READ(buf, consumer_index) & BPF_CORE_READ(buf, index_mask);
+    state->next_cons = BPF_CORE_READ(buf, consumer_index) & state->mask;
     state->last_prod = state->next_cons;
-    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    __u32 tgid = currentTgid();
     __u64 none = 0;
     bpf_map_update_elem(&qps_seen, &tgid, &none, BPF_NOEXIST);
     __u64* seen = bpf_map_lookup_elem(&qps_seen, &tgid);
@@ -256,9 +267,9 @@ int BPF_KPROBE(on_post_send, void* ibqp) {
     state->qp_index = index < RDMA_RXE_QP_LABELS ? (__u32)index : RDMA_RXE_QP_LABELS;
     if (index >= RDMA_RXE_QP_LABELS) c->qps_folded++;
   }
-  state->tgid = bpf_get_current_pid_tgid() >> 32;
+  state->tgid = currentTgid();
   state->slot = slot;
-  claimPosts(state, buf, c, slot);
+  claimPosts(state, c, slot);
   return 0;
 }
 
@@ -273,43 +284,48 @@ int BPF_KPROBE(on_do_complete, struct rxe_qp___bpftrain* qp, struct rxe_send_wqe
   if (!c) return 0;
   const int op = opOfWr(BPF_CORE_READ(wqe, wr.opcode));
   if (op >= 0 && op < RDMA_RXE_OP_COUNT) c->completed[op]++;
-  struct rxe_queue_buf___bpftrain* buf = BPF_CORE_READ(qp, sq.queue, buf);
-  if (state && buf) claimPosts(state, buf, c, slot);
-  if (!state || state->completed >= state->posted) {
+  if (!state) {
     c->unmatched++;  // its post was not counted in `outstanding` either
+    return 0;
+  }
+  // The WQE's queue position, from its address and the state's geometry (no read).
+  const char* data = (const char*)state->buf + bpf_core_type_size(struct rxe_queue_buf___bpftrain);
+  const __u32 mask = state->mask;
+  const __u32 log2 = state->log2 & 31;
+  const __u32 index = (__u32)(((const char*)wqe - data) >> log2) & mask;
+  // A WQE beyond those counted as posted: its doorbell's kprobe was skipped (below), and the
+  // producer index (one read) finds it. Only then: the common completion reads no queue index.
+  if (((index - state->next_cons) & mask) >= state->posted - state->completed)
+    claimPosts(state, c, slot);
+  if (state->completed >= state->posted) {
+    c->unmatched++;
     return 0;
   }
   // A kprobe is skipped, uncounted before 6.7, while another kprobe program or a BPF map syscall
   // runs on the CPU (bpf_prog_active). The WQE's queue position says whether earlier ones were
   // retired unseen: they are completed now, without latency, and counted as lost.
-  if (buf) {
-    const char* data = (const char*)buf + bpf_core_type_size(struct rxe_queue_buf___bpftrain);
-    const __u32 mask = BPF_CORE_READ(buf, index_mask);
-    const __u32 log2 = BPF_CORE_READ(buf, log2_elem_size) & 31;
-    const __u32 index = (__u32)(((const char*)wqe - data) >> log2) & mask;
-    __u32 skipped = (index - state->next_cons) & mask;
-    if (skipped > state->posted - state->completed - 1)
-      skipped = 0;  // not a position this QP has outstanding: trust the event alone
-    // The kind of the first one is read, the rest (rarer still) are op "other": a loop here came
-    // out of clang with a back-edge the 6.1 verifier refuses.
-    __u32 i = 0;
-    if (skipped > 0) {
-      struct rxe_send_wqe___bpftrain* missed =
-          (void*)(data + ((__u64)(state->next_cons & mask) << log2));
-      const int missed_op = opOfWr(BPF_CORE_READ(missed, wr.opcode));
-      if (missed_op >= 0 && missed_op < RDMA_RXE_OP_COUNT) c->completed[missed_op]++;
-      i = 1;
-    }
-    if (skipped > i) c->completed[RDMA_RXE_OTHER] += skipped - i;
-    if (skipped > 0) {
-      state->completed += skipped;
-      sample(slot, state, -(__s64)skipped, 0);
-      __u32 zero = 0;
-      __u64* lost_value = bpf_map_lookup_elem(&lost, &zero);
-      if (lost_value) *lost_value += skipped;
-    }
-    state->next_cons = (index + 1) & mask;
+  __u32 skipped = (index - state->next_cons) & mask;
+  if (skipped > state->posted - state->completed - 1)
+    skipped = 0;  // not a position this QP has outstanding: trust the event alone
+  // The kind of the first one is read, the rest (rarer still) are op "other": a loop here came
+  // out of clang with a back-edge the 6.1 verifier refuses.
+  __u32 i = 0;
+  if (skipped > 0) {
+    struct rxe_send_wqe___bpftrain* missed =
+        (void*)(data + ((__u64)(state->next_cons & mask) << log2));
+    const int missed_op = opOfWr(BPF_CORE_READ(missed, wr.opcode));
+    if (missed_op >= 0 && missed_op < RDMA_RXE_OP_COUNT) c->completed[missed_op]++;
+    i = 1;
   }
+  if (skipped > i) c->completed[RDMA_RXE_OTHER] += skipped - i;
+  if (skipped > 0) {
+    state->completed += skipped;
+    sample(slot, state, -(__s64)skipped, 0);
+    __u32 zero = 0;
+    __u64* lost_value = bpf_map_lookup_elem(&lost, &zero);
+    if (lost_value) *lost_value += skipped;
+  }
+  state->next_cons = (index + 1) & mask;
   __u64 latency = 0;  // 0: a depth sample only
   if (state->posted - state->completed <= RDMA_RXE_RING)
     latency = bpf_ktime_get_ns() - state->post_ns[state->completed % RDMA_RXE_RING] + 1;
@@ -322,11 +338,13 @@ int BPF_KPROBE(on_do_complete, struct rxe_qp___bpftrain* qp, struct rxe_send_wqe
 
 SEC("kprobe/rxe_cq_post")
 int BPF_KPROBE(on_cq_post, struct rxe_cq___bpftrain* cq, void* cqe) {
-  if (!BPF_CORE_READ(cq, is_user)) return 0;
+  // The opcode first: a send's completion (do_complete counted it) then costs one read. A kernel
+  // CQ's entry has another layout, so whatever this read finds there is_user then refuses.
   __u32 opcode = 0;
   if (bpf_probe_read_kernel(&opcode, sizeof(opcode), (char*)cqe + UVERBS_WC_OPCODE_OFFSET))
     return 0;
-  if (!(opcode & UVERBS_WC_RECV)) return 0;  // send completions: do_complete counted them
+  if (!(opcode & UVERBS_WC_RECV)) return 0;
+  if (!BPF_CORE_READ(cq, is_user)) return 0;
   struct rdma_rxe_counts* c = slotCounts(&counts, slotOfTask(BPF_CORE_READ(cq, ibcq.res.task)));
   if (c) c->completed[RDMA_RXE_RECV]++;
   return 0;

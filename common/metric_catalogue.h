@@ -254,6 +254,10 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     kWorkRequestBuckets)                                                                           \
   X(kRdmaQpsFolded, "bpftrain_rdma_qps_folded", kCounter, "queue pairs", "job rank source",         \
     "kprobes rdma_rxe", "Queue pairs of a rank past the 8 with their own qp label, folded into qp=other") \
+  X(kRdmaSourceInfo, "bpftrain_rdma_source_info", kGauge, "1", "job rank source",                 \
+    "loader (--rdma-sources)",                                                                    \
+    "1 for the source that counts a rank's RDMA work requests (rxe: the kernel's soft-RoCE "       \
+    "kprobes; gloo: uprobes on Gloo's ibverbs pair), one per process under --rdma-sources auto")   \
   BPFTRAIN_RDMA_PORT_COUNTERS(BPFTRAIN_RDMA_PORT_METRIC, X)                                        \
   X(kRdmaPortOther, "bpftrain_rdma_port_other", kCounter, "events", "device port counter",         \
     "sysfs infiniband hw_counters", "A port counter file this version does not name (counter: the file)") \

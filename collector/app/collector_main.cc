@@ -234,6 +234,7 @@ int run(int argc, char** argv) {
   if (!cfg.no_bpf) {
     loader::ProbeOptions po;
     po.all_processes = cfg.all_processes;
+    po.rdma_sources = cfg.rdma_sources_all ? loader::RdmaSources::kAll : loader::RdmaSources::kAuto;
     po.pids = cfg.pids;
     po.cgroups = cfg.cgroups;
     po.disabled = {cfg.disabled_probes.begin(), cfg.disabled_probes.end()};
@@ -483,7 +484,7 @@ int run(int argc, char** argv) {
     if (fresh.ingest_threads != cfg.ingest_threads) note(restart, "ingest_threads");
     if (fresh.rcvbuf_bytes != cfg.rcvbuf_bytes) note(restart, "rcvbuf");
     if (fresh.no_bpf != cfg.no_bpf || fresh.pids != cfg.pids || fresh.cgroups != cfg.cgroups ||
-        fresh.all_processes != cfg.all_processes)
+        fresh.all_processes != cfg.all_processes || fresh.rdma_sources_all != cfg.rdma_sources_all)
       note(restart, "bpf targets");
     if (fresh.discover != cfg.discover || fresh.discover_max_jobs != cfg.discover_max_jobs)
       note(restart, "discovery");

@@ -194,6 +194,13 @@ const std::map<std::string, Setting>& settings() {
           c.all_processes = v == "true";
           return {};
         }}},
+      {"rdma_sources",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          if (v != "auto" && v != "all") return "expected auto or all" + got(v);
+          c.rdma_sources_all = v == "all";
+          return {};
+        }}},
       {"discover",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -202,13 +209,17 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"discover_max_jobs",
        {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          size_t n;
-          // Each rank takes one of the loader's 255 target slots.
-          if (!parseInt(v, n) || n < 1 || n > 255) return "expected a job count, 1..255" + got(v);
-          c.discover_max_jobs = n;
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           size_t n;
+                                                           // Each rank takes one of the loader's
+                                                           // 255 target slots.
+                                                           if (!parseInt(v, n) || n < 1 || n > 255)
+                                                             return "expected a job count, 1..255" +
+                                                                    got(v);
+                                                           c.discover_max_jobs = n;
+                                                           return {};
+                                                         }}},
       {"list_probes",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -570,6 +581,9 @@ const char* collectorUsage() {
          "statistics, which every BPF program on the host pays for while on: 1 s of every 30 s "
          "(sampled, scaled), always, or never\n"
          "  --pid PID, --cgroup PATH, --all   extra processes for the probes to follow\n"
+         "  --rdma-sources auto|all  auto: count each RDMA work request once (rdma_rxe where\n"
+         "                         it sees every device a process opened, else rdma_verbs'\n"
+         "                         uprobes); all: every source that sees it\n"
          "  --discover             find training ranks (torchrun, mpirun, srun) from their "
          "environment\n"
          "  --discover-max-jobs N  jobs --discover follows at most (32); more are counted\n"

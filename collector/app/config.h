@@ -60,7 +60,9 @@ struct CollectorConfig {
   // --enable-probe NAME (repeatable): a probe off by default attached (--list-probes says which
   // are: thp_faults).
   std::vector<std::string> enabled_probes;
-  bool all_processes = false;     // --all
+  bool all_processes = false;  // --all
+  // --rdma-sources all (default auto: collector/loader/rdma_source.h)
+  bool rdma_sources_all = false;
   bool discover = false;          // --discover: find torchrun/mpirun/srun ranks on this host
   size_t discover_max_jobs = 32;  // --discover-max-jobs: more jobs are counted, not followed
   bool list_probes = false;

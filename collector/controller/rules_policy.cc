@@ -91,8 +91,13 @@ RulesPolicy::Signal RulesPolicy::classifyRdma(const RdmaSignals& r, std::string&
   const RulesConfig& c = config_;
   const double loss = r.lossRatio();
   const bool latency = c.rdma_completion_p50_high_s > 0;  // 0: not calibrated, off
+  const bool tail = c.rdma_completion_p99_high_s > 0;     // likewise
   if (latency && r.completion_p50_s >= c.rdma_completion_p50_high_s) {
     why = fmt("completion_p50=%.4fs >= %.4fs", r.completion_p50_s, c.rdma_completion_p50_high_s);
+    return Signal::kCongested;
+  }
+  if (tail && r.completion_p99_s >= c.rdma_completion_p99_high_s) {
+    why = fmt("completion_p99=%.4fs >= %.4fs", r.completion_p99_s, c.rdma_completion_p99_high_s);
     return Signal::kCongested;
   }
   if (loss >= c.rdma_loss_ratio_high) {
@@ -100,7 +105,7 @@ RulesPolicy::Signal RulesPolicy::classifyRdma(const RdmaSignals& r, std::string&
     return Signal::kCongested;
   }
   if ((!latency || r.completion_p50_s < c.rdma_completion_p50_low_s) &&
-      loss < c.rdma_loss_ratio_low) {
+      (!tail || r.completion_p99_s < c.rdma_completion_p99_low_s) && loss < c.rdma_loss_ratio_low) {
     why = fmt("loss %.4f per packet, completion_p50=%.4fs below the low thresholds", loss,
               r.completion_p50_s);
     return Signal::kClear;

@@ -69,6 +69,12 @@ struct RulesConfig {
   // would give it a value.
   double rdma_completion_p50_high_s = 0;
   double rdma_completion_p50_low_s = 0;
+  // Post -> completion p99 of the worst rank (queueing on a congested link shows in the tail
+  // first); 0 turns it off, as here for the reason above (TCG's CPUs set it: clear windows read
+  // p99 up to 2 s). With a calibrated value it is one more way in: p99 >= high is congested, and
+  // the all-clear needs it under low.
+  double rdma_completion_p99_high_s = 0;
+  double rdma_completion_p99_low_s = 0;
   // Without transport probes: the window's bus bandwidth under this fraction of the best window
   // seen counts as congestion, over `busbw_clear_fraction` as clear. With probes the transport
   // signals alone decide (a higher rung may never reach the ring's bandwidth, and bandwidth

@@ -271,6 +271,7 @@ class RingProbeObject : public ProbeObject {
   Status consume(SampleSink& sink) final {
     sink_ = &sink;
     Status status = ring_.consume();
+    onStep();
     sink_ = nullptr;
     return status;
   }
@@ -281,6 +282,8 @@ class RingProbeObject : public ProbeObject {
   }
   // For modules that keep more per-slot state than series_ (e.g. tcp's per-link series).
   virtual void forgetSlot(uint32_t) {}
+  // Once per step after the ring is drained, with sink() set (e.g. rdma_verbs' pending targets).
+  virtual void onStep() {}
 
  protected:
   SampleSink& sink() { return *sink_; }

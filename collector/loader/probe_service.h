@@ -14,6 +14,7 @@
 
 #include "collector/discovery/discovered_rank.h"
 #include "collector/ingest/sender_registry.h"
+#include "collector/loader/rdma_source.h"
 #include "collector/loader/run_stats_sampler.h"
 #include "collector/window/series_store.h"
 
@@ -30,6 +31,11 @@ struct ProbeOptions {
   uint64_t tcp_sample_interval_ns = 1'000'000;  // at most one queue-depth sample per socket per ms
   uint64_t pmu_sample_period = 10'000;          // PMU events per BPF run (where a PMU exists)
   std::string rdma_sysfs_root = "/sys/class/infiniband";  // RDMA port counters (tests: a fixture)
+  // Which source counts a process's work requests (--rdma-sources, collector/loader/rdma_source.h):
+  // auto instruments each once (rdma_rxe where it sees every device the process opened, else
+  // rdma_verbs' uprobes); all attaches every source that can see it.
+  RdmaSources rdma_sources = RdmaSources::kAuto;
+  std::string proc_root = "/proc";
   // Bytes of each ring buffer (a power of 2, at least a page); 0: the object's own (1 MiB). Tests
   // shrink it to fill a ring and check that every event lost is counted.
   uint32_t ring_bytes = 0;

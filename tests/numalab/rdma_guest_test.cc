@@ -372,6 +372,7 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
   if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
   ProbeOptions options;
   options.pids = {run.pids[0], run.pids[1]};  // job "manual", ranks 0 and 1
+  options.rdma_sources = RdmaSources::kAll;   // both sources, to set one against the other
   start(options, "rdma_verbs");
   requireUp("rdma_rxe");
   const std::string out = finishPosts(run);
@@ -435,6 +436,48 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
               kernel_latency.quantiles.empty() ? -1.0 : kernel_latency.quantiles[0].second);
   std::printf("rdma_verbs: %d writes, completion p50 %.6f s max %.6f s\n", kWrites,
               latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second, latency.max);
+}
+
+// --rdma-sources auto (the default): a Gloo program whose devices are both rxe is counted once,
+// by the kernel side. The same known answer as above from rdma_rxe, no rdma_verbs uprobe attached
+// (no source="gloo" work request counted), and the choice exported per rank.
+TEST_F(RdmaGuestTest, AutoSourcesCountAGlooProgramOnRxeOnceFromTheKernel) {
+  constexpr int kWrites = 200;
+  if (access(kPosts, X_OK) != 0)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
+  Posts run;
+  if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
+  ProbeOptions options;
+  options.pids = {run.pids[0], run.pids[1]};
+  ASSERT_EQ(options.rdma_sources, RdmaSources::kAuto);
+  start(options, "rdma_verbs");
+  requireUp("rdma_rxe");
+  const std::string out = finishPosts(run);
+  ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
+  poll();  // the step after: the source gauge for both ranks
+  auto total = [&](const std::string& metric, const std::string& rank, const std::string& op,
+                   const std::string& source) {
+    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", source}};
+    if (!op.empty()) want["op"] = op;
+    auto s = series(metric, want);
+    return s.name.empty() ? -1.0 : s.total;
+  };
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "0", "write", "rxe"), kWrites) << out;
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "write", "rxe"), kWrites);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "recv", "rxe"), kWrites);
+  for (const char* rank : {"0", "1"}) {
+    EXPECT_LE(total("bpftrain_rdma_work_requests", rank, "write", "gloo"), 0) << rank;
+    EXPECT_LE(total("bpftrain_rdma_work_requests", rank, "recv", "gloo"), 0) << rank;
+    EXPECT_LE(total("bpftrain_rdma_work_completions", rank, "recv", "gloo"), 0) << rank;
+    auto rxe =
+        series("bpftrain_rdma_source_info", {{"job", "manual"}, {"rank", rank}, {"source", "rxe"}});
+    EXPECT_FALSE(rxe.name.empty()) << "rank " << rank << ": no source_info{source=\"rxe\"}";
+    EXPECT_EQ(rxe.last, 1.0) << rank;
+    EXPECT_TRUE(
+        series("bpftrain_rdma_source_info", {{"job", "manual"}, {"rank", rank}, {"source", "gloo"}})
+            .name.empty())
+        << rank;
+  }
 }
 
 // rdma_rxe keeps per-QP state keyed by the struct rxe_qp's address, and a QP created after another

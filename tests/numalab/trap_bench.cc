@@ -27,6 +27,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_trap.skel.h"
@@ -99,9 +100,10 @@ ProgStats statsOf(bpf_program* prog) {
 }
 
 // One kind's blocks; prints its line. False (with a message) when the probe cannot attach.
-bool measure(bench_trap_bpf* skel, bool kprobe, int blocks, uint64_t calls, std::mt19937_64& rng) {
-  const char* kind = kprobe ? "kprobe" : "uprobe";
-  bpf_program* prog = kprobe ? skel->progs.empty_kprobe : skel->progs.empty_uprobe;
+bool measure(bench_trap_bpf* skel, bool kprobe, int blocks, uint64_t calls, std::mt19937_64& rng,
+             bpf_program* part = nullptr, const char* part_name = nullptr) {
+  const char* kind = part_name ? part_name : kprobe ? "kprobe" : "uprobe";
+  bpf_program* prog = part ? part : kprobe ? skel->progs.empty_kprobe : skel->progs.empty_uprobe;
   std::string path;
   uint64_t offset = 0;
   if (!kprobe && !targetOffset(path, offset)) {
@@ -162,8 +164,20 @@ bool measure(bench_trap_bpf* skel, bool kprobe, int blocks, uint64_t calls, std:
 int main(int argc, char** argv) {
   int blocks = 20;
   uint64_t calls = 20000, kprobe_calls = 100000;
+  bool parts = false;
+  std::string hold_function;
+  long hold_seconds = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--parts") {
+      parts = true;
+      continue;
+    }
+    if (flag == "--hold" && i + 2 < argc) {
+      hold_function = argv[++i];
+      hold_seconds = std::strtol(argv[++i], nullptr, 10);
+      continue;
+    }
     if ((flag == "--blocks" || flag == "--calls" || flag == "--kprobe-calls") && i + 1 < argc) {
       const long value = std::strtol(argv[++i], nullptr, 10);
       if (value <= 0) {
@@ -178,8 +192,9 @@ int main(int argc, char** argv) {
         kprobe_calls = uint64_t(value);
       continue;
     }
-    std::fprintf(stderr,
-                 "usage: bpftrain-trap-bench [--blocks N] [--calls N] [--kprobe-calls N]\n");
+    std::fprintf(
+        stderr,
+        "usage: bpftrain-trap-bench [--blocks N] [--calls N] [--kprobe-calls N] [--parts]\n");
     return 2;
   }
   // One CPU: a migration mid-segment would charge the other CPU's cache misses to one side.
@@ -199,9 +214,48 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trap bench: cannot load bench_trap.bpf.o: %s\n", std::strerror(errno));
     return 1;
   }
+  if (!hold_function.empty()) {
+    // A control: the empty program and each part on a real probe's function, for as long as a
+    // workload runs, so that their bpf_stats per run can be set next to that probe's.
+    bpf_program* progs[] = {skel->progs.empty_kprobe, skel->progs.part_ktime,
+                            skel->progs.part_reads, skel->progs.part_lru};
+    std::vector<bpf_link*> links;
+    for (bpf_program* prog : progs) {
+      bpf_link* link = bpf_program__attach_kprobe(prog, false, hold_function.c_str());
+      if (!link) {
+        std::fprintf(stderr, "trap bench: cannot attach to %s: %s\n", hold_function.c_str(),
+                     std::strerror(errno));
+        return 1;
+      }
+      links.push_back(link);
+    }
+    ProgStats before[4];
+    for (int i = 0; i < 4; ++i) before[i] = statsOf(progs[i]);
+    sleep(unsigned(hold_seconds));
+    for (int i = 0; i < 4; ++i) {
+      const ProgStats after = statsOf(progs[i]);
+      const uint64_t runs = after.runs - before[i].runs;
+      std::printf("hold %s %s runs=%" PRIu64 " ns_per_run=%.0f\n", hold_function.c_str(),
+                  bpf_program__name(progs[i]), runs,
+                  runs ? double(after.run_ns - before[i].run_ns) / double(runs) : 0.0);
+    }
+    for (bpf_link* link : links) bpf_link__destroy(link);
+    bench_trap_bpf__destroy(skel);
+    return 0;
+  }
   std::mt19937_64 rng(20261203);
-  const bool ok =
+  bool ok =
       measure(skel, false, blocks, calls, rng) && measure(skel, true, blocks, kprobe_calls, rng);
+  if (ok && parts) {
+    const std::pair<bpf_program*, const char*> kParts[] = {
+        {skel->progs.part_ktime, "part_ktime"},
+        {skel->progs.part_ringbuf, "part_ringbuf"},
+        {skel->progs.part_ringbuf_nowake, "part_ringbuf_nowake"},
+        {skel->progs.part_reads, "part_reads"},
+        {skel->progs.part_lru, "part_lru"}};
+    for (const auto& [prog, name] : kParts)
+      ok = ok && measure(skel, true, blocks, kprobe_calls, rng, prog, name);
+  }
   bench_trap_bpf__destroy(skel);
   close(stats_fd);
   return ok ? 0 : 1;

@@ -6,46 +6,14 @@
 // kprobes), saying why, with the programs left unloaded so that nothing else depends on it.
 #include "bpf/rdma_rxe.h"
 
-#include <fstream>
-#include <set>
 #include <string>
 
 #include "collector/loader/probe_module.h"
+#include "collector/loader/rdma_source.h"
 #include "rdma_rxe.skel.h"
 
 namespace bpftrain::collector::loader::probes::rdma_rxe {
 namespace {
-
-constexpr const char* kFunctions[] = {"rxe_post_send", "do_complete", "rxe_cq_post"};
-
-// Why the kprobes cannot attach here, or "" when they can.
-std::string unavailable() {
-  if (!std::ifstream("/sys/bus/event_source/devices/kprobe/type") &&
-      !std::ifstream("/sys/kernel/tracing/kprobe_events"))
-    return "this kernel has no kprobes (no /sys/bus/event_source/devices/kprobe, no "
-           "/sys/kernel/tracing/kprobe_events): work requests only from rdma_verbs (Gloo) and "
-           "rdma_usdt";
-  // kallsyms names the module's functions once rdma_rxe is loaded ("... t
-  // rxe_cq_post\t[rdma_rxe]").
-  std::set<std::string> found;
-  std::ifstream kallsyms("/proc/kallsyms");
-  for (std::string line; std::getline(kallsyms, line);) {
-    if (line.find("[rdma_rxe]") == std::string::npos) continue;
-    for (const char* f : kFunctions) {
-      const std::string name = std::string(" ") + f + "\t";
-      if (line.find(name) != std::string::npos) found.insert(f);
-    }
-  }
-  if (found.empty())
-    return "the soft-RoCE module rdma_rxe is not loaded (no rxe_post_send in /proc/kallsyms): "
-           "modprobe rdma_rxe and add a device (rdma link add rxe0 type rxe netdev IF) before the "
-           "collector starts; real NICs are seen by rdma_verbs and rdma_port_counters";
-  for (const char* f : kFunctions)
-    if (!found.count(f))
-      return std::string("rdma_rxe has no function ") + f +
-             " in this kernel (inlined or renamed; bpf/rdma_rxe.bpf.c names the 6.1 ones)";
-  return {};
-}
 
 const ProbeDef kProbes[] = {
     {"rdma_rxe",
@@ -85,7 +53,7 @@ class Object final : public RingProbeObject<rdma_rxe_sample, kSeries> {
 };
 
 Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes) {
-  const std::string why = unavailable();
+  const std::string why = rxeKprobesUnavailable();
   const auto op = [](const metrics::MetricDef& metric, const char* value) {
     return CounterDef{0, &metric, "op", value, true, "source", "rxe"};
   };

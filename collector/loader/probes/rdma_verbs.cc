@@ -2,13 +2,22 @@
 // gloo::transport::ibverbs::Pair's exported functions. They live in the libgloo a process maps, so
 // the programs attach per target process, by symbol name, in that mapping (seen through
 // /proc/PID/root, so a rank in another mount namespace is found too); a process that maps no
-// libgloo posts no work requests through Gloo and is simply not one.
+// libgloo posts no work requests through Gloo and is simply not one. Under --rdma-sources auto
+// (collector/loader/rdma_source.h) a process gets the uprobes unless every verbs device it has
+// open is one rdma_rxe's kprobes see: a work request is counted once, by the cheaper side. Where
+// rdma_rxe is up, a process waits for its first device (no work request can be posted before),
+// checked each step; the choice is logged once per process and exported as
+// bpftrain_rdma_source_info.
 #include "bpf/rdma_verbs.h"
 
+#include <array>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "collector/loader/probe_module.h"
+#include "collector/loader/rdma_source.h"
 #include "rdma_verbs.skel.h"
 
 namespace bpftrain::collector::loader::probes::rdma_verbs {
@@ -54,7 +63,84 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
     return {};
   }
 
+  void configure(const ProbeEnv& env) {
+    sources_ = env.options.rdma_sources;
+    proc_root_ = env.options.proc_root;
+    infiniband_class_ = env.options.rdma_sysfs_root;
+    const size_t parent = infiniband_class_.rfind('/');
+    verbs_class_ =
+        (parent == std::string::npos ? std::string(".") : infiniband_class_.substr(0, parent)) +
+        "/infiniband_verbs";
+    target_tgids_ = &env.target_tgids;
+    kernel_sees_rxe_ = rxeKprobesUnavailable().empty();
+  }
+
   Status attachTarget(uint32_t tgid, std::vector<LinkPtr>& links) override {
+    if (sources_ == RdmaSources::kAll) return attachUprobes(tgid, links);
+    if (glooOf(tgid).empty()) return {};  // no Gloo in this process (or it is gone)
+    Target& target = targets_[tgid];
+    target.slot = target_tgids_->slotOf(tgid);
+    return decide(tgid, target);
+  }
+
+  void detachTarget(uint32_t, uint32_t tgid) override { targets_.erase(tgid); }
+
+  void forgetSlot(uint32_t slot) override {
+    std::erase_if(targets_, [slot](const auto& t) { return t.second.slot == slot; });
+    info_.erase(slot);
+  }
+
+  // Pending processes: decided once they have a device open. Decided ones: their choice, each
+  // step, as a gauge on their rank.
+  void onStep() override {
+    for (auto& [tgid, target] : targets_) {
+      if (target.choice == RdmaSourceChoice::kUndecided)
+        if (Status status = decide(tgid, target); !status.ok())
+          std::fprintf(stderr, "bpftrain: rdma_verbs: %s\n", status.message().c_str());
+      if (target.choice == RdmaSourceChoice::kUndecided || !sink().live(target.slot)) continue;
+      const bool kernel = target.choice == RdmaSourceChoice::kKernel;
+      auto [it, fresh] = info_.try_emplace(target.slot);
+      if (fresh) it->second.fill(SlotSeries<1>::kUnset);
+      auto& ids = it->second;
+      window::SeriesId& id = ids[kernel ? 0 : 1];
+      if (id == SlotSeries<1>::kUnset) {
+        const window::Label source{"source", name(target.choice)};
+        id = sink().series(target.slot, metrics::kRdmaSourceInfo,
+                           std::span<const window::Label>(&source, 1));
+      }
+      sink().record(id, 1.0);
+    }
+  }
+
+ private:
+  struct Target {
+    uint32_t slot = 0;
+    RdmaSourceChoice choice = RdmaSourceChoice::kUndecided;
+    std::vector<LinkPtr> links;  // its uprobes, when the choice is kUprobes
+  };
+
+  Status decide(uint32_t tgid, Target& target) {
+    const std::vector<std::string> devices = verbsDevicesOf(proc_root_, tgid, verbs_class_);
+    target.choice = chooseRdmaSource(devices, kernel_sees_rxe_, [&](const std::string& device) {
+      return isSoftRoce(infiniband_class_, device);
+    });
+    if (target.choice == RdmaSourceChoice::kUndecided) return {};
+    std::string list;
+    for (const auto& d : devices) list += (list.empty() ? "" : ",") + d;
+    if (list.empty()) list = "no verbs device yet";
+    std::fprintf(stderr,
+                 "bpftrain: rdma: pid %u on %s: work requests from %s (--rdma-sources auto; "
+                 "bpftrain_rdma_source_info{source=\"%s\"})\n",
+                 tgid, list.c_str(),
+                 target.choice == RdmaSourceChoice::kKernel
+                     ? "rdma_rxe's kprobes, no rdma_verbs uprobes"
+                     : "rdma_verbs' uprobes (a device the kernel side cannot see)",
+                 std::string(name(target.choice)).c_str());
+    if (target.choice == RdmaSourceChoice::kUprobes) return attachUprobes(tgid, target.links);
+    return {};
+  }
+
+  Status attachUprobes(uint32_t tgid, std::vector<LinkPtr>& links) {
     const std::string gloo = glooOf(tgid);
     if (gloo.empty()) return {};  // no Gloo in this process (or it is gone)
     for (bpf_program* prog : programs_) {
@@ -89,6 +175,12 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
 
  private:
   std::vector<bpf_program*> programs_;
+  RdmaSources sources_ = RdmaSources::kAuto;
+  std::string proc_root_, infiniband_class_, verbs_class_;
+  const TgidSlotTable* target_tgids_ = nullptr;
+  bool kernel_sees_rxe_ = false;
+  std::map<uint32_t, Target> targets_;                        // under auto: tgid -> its choice
+  std::map<uint32_t, std::array<window::SeriesId, 2>> info_;  // slot -> source_info (rxe, gloo)
 };
 
 const ProbeDef kProbes[] = {
@@ -106,7 +198,7 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
   const auto op = [](const metrics::MetricDef& metric, const char* value) {
     return CounterDef{0, &metric, "op", value, true, "source", "gloo"};
   };
-  return loadObject<rdma_verbs_counts, Object>(
+  auto loaded = loadObject<rdma_verbs_counts, Object>(
       BPFTRAIN_SKELETON(rdma_verbs), kProbes, env, notes,
       {op(metrics::kRdmaWorkRequests, "write"),
        op(metrics::kRdmaWorkRequests, "send"),
@@ -116,6 +208,8 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
        op(metrics::kRdmaWorkCompletions, "recv"),
        {0, &metrics::kRdmaBytes, "source", "gloo"},
        {0, &metrics::kRdmaUnmatchedCompletions, "source", "gloo"}});
+  if (loaded.ok()) static_cast<Object*>(loaded.value().get())->configure(env);
+  return loaded;
 }
 
 }  // namespace

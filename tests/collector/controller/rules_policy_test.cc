@@ -543,6 +543,49 @@ TEST(RulesPolicy, RdmaDecisionSaysWhatItSaw) {
   EXPECT_EQ(d.detail.rfind("rdma: loss 0.0500 per packet >= 0.0300", 0), 0u) << d.detail;
 }
 
+// With a completion-p99 threshold (off by default: uncalibrated on TCG; a real NIC's calibration
+// sets it), a delayed link whose loss stays clear moves the job up on the tail latency alone,
+// naming it, and the p99 back under its low threshold lets the job return. Left off, the same run
+// changes nothing.
+TEST(RulesPolicy, RdmaCompletionTailMovesTheJobWhenCalibrated) {
+  const auto model = [](double t, const Arm& a) {
+    const bool delayed = t >= 30 && t < 70;
+    JobState j = rdmaModel(delayed ? RdmaPhase::kDelayed : RdmaPhase::kClear, a);
+    j.rdma.loss_per_s = 0.002 * j.rdma.packets_per_s;  // loss never crosses its thresholds
+    j.rdma.completion_p50 = 0.001;
+    j.rdma.completion_p99 = delayed && a.topology == Topology::kRing ? 0.040 : 0.002;
+    return j;
+  };
+  RulesConfig c;
+  c.rdma_completion_p99_high_s = 0.010;
+  c.rdma_completion_p99_low_s = 0.004;
+  RulesPolicy p(c);
+  auto sw = runOnArm(p, 110, model);
+  ASSERT_GE(sw.size(), 1u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(sw[0].reason, "congestion");
+  EXPECT_GE(sw[0].t, 30.0);
+  EXPECT_LE(sw[0].t, 32.0);
+
+  FeatureExtractor ex("j");
+  const Arm ring{};
+  RulesPolicy named(c);
+  Decision d;
+  int64_t ns = 0;
+  for (; ns < 20'000'000'000; ns += kStepNs) {
+    d = named.decide(ex.update(snapshotsOf(model(0, ring)), ns), ring, ns);
+    ASSERT_FALSE(d.change) << d.detail;
+  }
+  for (int i = 0; i < 10 && !d.change; ++i, ns += kStepNs)
+    d = named.decide(ex.update(snapshotsOf(model(40, ring)), ns), ring, ns);
+  ASSERT_TRUE(d.change);
+  EXPECT_NE(d.detail.find("rdma: completion_p99="), std::string::npos) << d.detail;
+
+  RulesPolicy off;  // the default: p99 off
+  auto none = runOnArm(off, 110, model);
+  EXPECT_TRUE(none.empty()) << "switched to " << armName(none[0].to) << " at " << none[0].t;
+}
+
 // Loss up with unchanged throughput is not congestion; noise under the high threshold changes
 // nothing; and neither does a completion latency anywhere in its measured range (off).
 TEST(RulesPolicy, RdmaSignalsWithoutAThroughputCostOrUnderTheThresholdsChangeNothing) {
