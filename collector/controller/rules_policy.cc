@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstdio>
 
 namespace bpftrain::collector::controller {
@@ -213,15 +214,22 @@ bool RulesPolicy::pinTrialUndo(const Features& f, const Arm& current, int64_t no
     pin_trial_.reset();  // no verdict: before and after ran different topologies
     return false;
   }
-  const int64_t since = now_ns - t.decided_ns;
+  if (t.applied_ns < 0) t.applied_ns = now_ns;
+  const int64_t since = now_ns - t.applied_ns;
   if (since < config_.pin_settle.count()) return false;
   t.sum_samples += f.samples_per_s;
   t.sum_signal += pinSignal(f, t.mode);
   ++t.n;
   const double after = t.sum_samples / t.n, after_signal = t.sum_signal / t.n;
   const double gain = t.before_samples_per_s > 0 ? after / t.before_samples_per_s - 1 : 0;
+  const double early_bar =
+      std::max(config_.pin_early_loss, config_.pin_early_noise_factor * t.before_noise);
+  t.early_hits = t.before_samples_per_s > 0 &&
+                         f.samples_per_s <= (1 - early_bar) * t.before_samples_per_s
+                     ? t.early_hits + 1
+                     : 0;
   const bool early = since >= (config_.pin_settle + config_.pin_early_measure).count() &&
-                     gain <= -config_.pin_early_loss;
+                     t.early_hits >= config_.pin_early_readings && gain <= -early_bar;
   if (!early && since < (config_.pin_settle + config_.pin_measure).count()) return false;
   const bool harm = gain < -config_.pin_loss;
   const bool better = gain >= config_.pin_gain;
@@ -541,6 +549,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // The "before" of a trial: throughput and signals smoothed over the last few steps.
   if (f.config_consistent && f.samples_per_s > 0) {
     constexpr double kAlpha = 0.25;  // ~2 s at 500 ms steps
+    if (samples_ewma_ >= 0)
+      samples_dev_ewma_ += kAlpha * (std::abs(f.samples_per_s - samples_ewma_) - samples_dev_ewma_);
     samples_ewma_ = samples_ewma_ < 0 ? f.samples_per_s
                                       : samples_ewma_ + kAlpha * (f.samples_per_s - samples_ewma_);
     for (int m = 0; m < kPinModeCount; ++m)
@@ -591,8 +601,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       }
       d.change = true;
       d.to.pinning = want;
-      pin_trial_ =
-          PinTrial{want, d.to.topology, now_ns, samples_ewma_, pin_signal_ewma_[int(want)]};
+      pin_trial_ = PinTrial{want, d.to.topology, now_ns, samples_ewma_, pin_signal_ewma_[int(want)],
+                            samples_ewma_ > 0 ? samples_dev_ewma_ / samples_ewma_ : 0};
     }
   }
 

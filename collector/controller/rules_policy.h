@@ -184,8 +184,18 @@ struct RulesConfig {
   // Cheaper to try: after pin_settle, a first pin_early_measure that already costs pin_early_loss
   // undoes the move without waiting out pin_measure (the undone trials above lost 25% and 31%;
   // one that lost 8% still takes the whole measure).
+  // The settling time and both measures count from the step the ranks report the new pinning,
+  // not from the decision: in numalab's guest (TCG) the move was applied 0.5-1 s after it was
+  // decided, and its first readings then carried the move's own page migrations, so a verdict
+  // counted from the decision undid a numa pin that was cutting remote faults (the
+  // ControllerMovesAMisplacedRunToNumaAndRemoteFaultsFall flake). The early undo also needs
+  // pin_early_readings consecutive readings each at or below the bar, and the bar is at least
+  // pin_early_noise_factor times the steps' relative spread before the move (mean absolute
+  // deviation over the samples/s EWMA): one noisy reading on a shared host is no verdict.
   std::chrono::nanoseconds pin_early_measure = std::chrono::seconds(1);
   double pin_early_loss = 0.10;
+  int pin_early_readings = 2;
+  double pin_early_noise_factor = 2.0;
   double pin_signal_drop = 0.5;
   std::chrono::nanoseconds pin_retry_after = std::chrono::seconds(120);
 };
@@ -249,8 +259,11 @@ class RulesPolicy final : public Policy {
     Topology topology;
     int64_t decided_ns;
     double before_samples_per_s, before_signal;
+    double before_noise;  // relative spread of the readings before the move
+    int64_t applied_ns = -1;  // the first step the ranks reported it
     double sum_samples = 0, sum_signal = 0;
     int n = 0;
+    int early_hits = 0;  // consecutive readings at or below the early bar
   };
   // The signal a pinning trial judges: node moves plus remote NUMA hint faults per second for
   // numa, cpu+llc moves for compact.
@@ -285,6 +298,7 @@ class RulesPolicy final : public Policy {
   Topology descent_trial_from_ = Topology::kRing;
   int64_t pin_blocked_until_ns_ = -1;
   double samples_ewma_ = -1, pin_signal_ewma_[kPinModeCount] = {};
+  double samples_dev_ewma_ = 0;  // mean absolute deviation of samples/s from samples_ewma_
   double calm_samples_ = -1;
   int react_looks_ = 0;    // consecutive looks between steps that found farPast() (react())
   int signal_steps_ = 0;   // consecutive steps whose signal asks for a higher rung  // this rung's
