@@ -299,6 +299,11 @@ double RulesPolicy::excess(const Features& f, int link) const {
   return ls.seen && v.rtt_p50_high_s > 0 ? v.rtt_p50_s / v.rtt_p50_high_s : 0;
 }
 
+bool RulesPolicy::settlingAfterDescent(int64_t now_ns) const {
+  return last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
+         now_ns - last_descent_ns_ < config_.descent_settle.count();
+}
+
 bool RulesPolicy::escalateOk(int64_t now_ns) const {
   const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
   // A failed probe of the lower rung must end quickly; other moves up wait the full dwell.
@@ -498,7 +503,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
     d.detail += fmt("; next probe after %.0fs (cooldown %.0fs)", double(reprobe_ns_) * 1e-9,
                     double(cooldown_ns_) * 1e-9);
-  } else if (escalate_ok && congested_steps_ >= config_.escalate_steps) {
+  } else if (escalate_ok && congested_steps_ >= config_.escalate_steps &&
+             (!settlingAfterDescent(now_ns) || signal == Signal::kSevere || farPast(f, link))) {
     climb(d, signal, wanted, link, why, by_link, now_ns);
   } else if (dwell_ok && slow_since_ns_ >= 0 &&
              now_ns - slow_since_ns_ >= config_.slowdown_hold.count() &&

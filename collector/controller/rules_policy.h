@@ -122,6 +122,15 @@ struct RulesConfig {
   // against hierarchical's 164 samples/s in a clear phase the ring then won (switch transients,
   // and rank-reported rates lag by a telemetry interval).
   std::chrono::nanoseconds probe_settle = std::chrono::seconds(2);
+  // For this long after a step down the lower rung climbs back only on a signal far past its
+  // threshold (farPast(): decisive_signal_factor with the latest reading at or below
+  // congestion_throughput_fraction of calm) or a severe one; a marginal one waits for the
+  // throughput A/B above. On netlab (four-phase.json, load 5-9) a re-probe of the ring 2.5 s
+  // into the clear-again phase climbed back 2.5 s later on same_host RTT 5.2 ms (1.04x) with
+  // the window still holding the switch's slow steps (113 samples/s against hierarchical's
+  // 176), and the backoff then put the next probe 32 s out: the phase never got the ring back.
+  // Throttled lo read 9.4-24 ms on the ring, far past (>= 1.5x) at once.
+  std::chrono::nanoseconds descent_settle = std::chrono::seconds(3);
   std::chrono::nanoseconds probe_measure = std::chrono::seconds(2);
   double probe_loss = 0.10;
   // A higher rung can hide the congestion that put us there (hierarchical keeps most traffic
@@ -235,6 +244,8 @@ class RulesPolicy final : public Policy {
   double excess(const Features& f, int link) const;
   // A move up may go now (min_dwell, or escalate_dwell after a step down).
   bool escalateOk(int64_t now_ns) const;
+  // Within descent_settle of a step down (the last move).
+  bool settlingAfterDescent(int64_t now_ns) const;
   // The climb to `wanted` on `signal` of `link`; by_link: the step up being left was caused by a
   // link class (how the failed-descent backoff is reported).
   void climb(Decision& d, Signal signal, int wanted, int link, const std::string& why, bool by_link,

@@ -244,6 +244,52 @@ TEST(RulesPolicy, BetweenStepsOnlyAFarPastSignalTheLatestReadingConfirmsClimbs) 
   }
 }
 
+// The way back: a re-probe of the ring right after the congestion lifted reads the switch's
+// slow steps and a marginal RTT for a few seconds (netlab, clear-again: same_host 5.2 ms with
+// the window at 113 samples/s against hierarchical's 176). That is no failed descent: for
+// descent_settle only a far-past signal climbs back, and the ring, faster once settled, stays.
+// A real one (still throttled: 10 ms, the ring at 0.4x) still climbs back within a second.
+TEST(RulesPolicy, AMarginalSignalRightAfterAStepDownIsNoFailedDescent) {
+  auto wayBack = [](double rtt_after_s, double sps_after) {
+    RulesPolicy p;
+    Arm cur{};
+    int64_t ns = 0;
+    std::vector<std::pair<double, Decision>> moves;
+    auto step = [&](Features f) {
+      f.topology = cur.topology;
+      Decision d = p.decide(f, cur, ns);
+      if (d.change) {
+        moves.push_back({double(ns) * 1e-9, d});
+        cur = d.to;
+      }
+      ns += kStepNs;
+    };
+    for (int i = 0; i < 40; ++i) step(decisiveFeatures(200, 200, 1.5e-3));  // calm ring
+    while (cur.topology == Topology::kRing && ns < 30'000'000'000)
+      step(decisiveFeatures(80, 80, 10e-3));  // lo throttled
+    EXPECT_EQ(cur.topology, Topology::kHierarchical);
+    // On hierarchical until the re-probe (its same-host sockets carry control messages at
+    // 6-18 ms, throttled or not); the congestion lifts meanwhile.
+    while (cur.topology == Topology::kHierarchical && ns < 60'000'000'000)
+      step(decisiveFeatures(176, 176, 12e-3));
+    EXPECT_EQ(cur.topology, Topology::kRing);
+    const double reprobe_s = moves.back().first;
+    // The switch's first 2.5 s on the ring, then the ring as the phase has it.
+    for (int i = 0; i < 5; ++i) step(decisiveFeatures(113, 113, 5.2e-3));
+    for (int i = 0; i < 40; ++i) step(decisiveFeatures(sps_after, sps_after, rtt_after_s));
+    for (const auto& [t, d] : moves)
+      if (t > reprobe_s && d.to.topology == Topology::kHierarchical) return t - reprobe_s;
+    return -1.0;
+  };
+  // Clear again: the ring runs 320 after settling; it is kept.
+  EXPECT_LT(wayBack(1.5e-3, 320), 0);
+  // Still throttled after the switch settled: 10 ms, 80 samples/s: back up 3 s after the
+  // re-probe (descent_settle; the far-past looks between steps would take it sooner).
+  const double failed = wayBack(10e-3, 80);
+  EXPECT_GE(failed, 2.9);
+  EXPECT_LE(failed, 3.1);
+}
+
 // One host's uplink congested: the ring's inter-host links show it. On hierarchical the leaders'
 // own traffic keeps that link's RTT high, which must not read as congestion once it lifts.
 TEST(RulesPolicy, UplinkCongestionUpAndBackDespiteTheLeadersOwnRtt) {
