@@ -83,8 +83,8 @@ struct RulesConfig {
   double congestion_throughput_fraction = 0.7;
   // A signal corroborated this strongly (samples/s at or below this fraction of calm: lo
   // throttled cut the ring to 0.26x) is no CPU-load artefact: it escalates on its first step
-  // instead of escalate_steps, half a second sooner. The window mean that far down, or the
-  // latest reading with the window under congestion_throughput_fraction (decisive()).
+  // instead of escalate_steps, half a second sooner: the window mean that far down, or the
+  // latest reading at congestion_throughput_fraction with the signal far past (decisive()).
   double decisive_throughput_fraction = 0.5;
   // A link class whose RTT median (RDMA: loss per packet) is this many times its high threshold
   // climbs as soon as the latest samples/s reading is at or below congestion_throughput_fraction

@@ -144,9 +144,9 @@ TEST(RulesPolicy, IntraHostCongestionUpAndBackByProbingTheRing) {
   for (const Switch& s : sw) EXPECT_NE(s.to.topology, Topology::kHalvingDoubling);
 }
 
-// The latest reading counts as decisive before the window mean does, but only once the window
-// is below the plain congestion fraction too, or with the signal far past its threshold
-// (decisive_signal_factor, 1.5x): a reading near the threshold needs the window's confirmation.
+// The latest reading counts as decisive before the window mean does only with the signal far
+// past its threshold (decisive_signal_factor, 1.5x); near the threshold it needs the window far
+// down or a second step.
 Features decisiveFeatures(double latest, double window, double same_host_rtt_s) {
   Features f;
   f.job = "j";
@@ -174,7 +174,8 @@ TEST(RulesPolicy, ALatestReadingFarDownDecidesOnceTheWindowFollowsOrTheSignalIsF
     double latest, window, rtt_s;
     bool climbs;
   };
-  for (const Case& c : {Case{"latest 0.45x, window at 0.58x, rtt 1.2x", 90, 116, 6e-3, true},
+  for (const Case& c : {Case{"latest 0.45x, window at 0.58x, rtt 1.2x", 90, 116, 6e-3, false},
+                        Case{"window at 0.45x, rtt 1.2x", 90, 90, 6e-3, true},
                         Case{"latest 0.45x, window at 0.8x, rtt 1.2x", 90, 160, 6e-3, false},
                         Case{"latest 0.45x, window at 0.8x, rtt 1.8x", 90, 160, 9e-3, true},
                         Case{"latest 0.65x, window at 0.95x, rtt 1.8x", 130, 190, 9e-3, true},
@@ -191,6 +192,9 @@ TEST(RulesPolicy, ALatestReadingFarDownDecidesOnceTheWindowFollowsOrTheSignalIsF
     if (c.climbs) {
       EXPECT_EQ(d.to.topology, Topology::kHierarchical);
       EXPECT_NE(d.detail.find("decisive"), std::string::npos) << d.detail;
+    } else if (c.window <= 0.7 * 200) {
+      // Under the plain congestion fraction it counts as one step: a second one climbs.
+      EXPECT_TRUE(p.decide(decisiveFeatures(c.latest, c.window, c.rtt_s), ring, ns + kStepNs).change);
     }
   }
 }
