@@ -1,8 +1,8 @@
 #include "collector/controller/rules_policy.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 namespace bpftrain::collector::controller {
@@ -224,10 +224,10 @@ bool RulesPolicy::pinTrialUndo(const Features& f, const Arm& current, int64_t no
   const double gain = t.before_samples_per_s > 0 ? after / t.before_samples_per_s - 1 : 0;
   const double early_bar =
       std::max(config_.pin_early_loss, config_.pin_early_noise_factor * t.before_noise);
-  t.early_hits = t.before_samples_per_s > 0 &&
-                         f.samples_per_s <= (1 - early_bar) * t.before_samples_per_s
-                     ? t.early_hits + 1
-                     : 0;
+  t.early_hits =
+      t.before_samples_per_s > 0 && f.samples_per_s <= (1 - early_bar) * t.before_samples_per_s
+          ? t.early_hits + 1
+          : 0;
   const bool early = since >= (config_.pin_settle + config_.pin_early_measure).count() &&
                      t.early_hits >= config_.pin_early_readings && gain <= -early_bar;
   if (!early && since < (config_.pin_settle + config_.pin_measure).count()) return false;
@@ -606,7 +606,11 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       }
       d.change = true;
       d.to.pinning = want;
-      pin_trial_ = PinTrial{want, d.to.topology, now_ns, samples_ewma_, pin_signal_ewma_[int(want)],
+      pin_trial_ = PinTrial{want,
+                            d.to.topology,
+                            now_ns,
+                            samples_ewma_,
+                            pin_signal_ewma_[int(want)],
                             samples_ewma_ > 0 ? samples_dev_ewma_ / samples_ewma_ : 0};
     }
   }

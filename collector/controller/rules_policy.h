@@ -270,7 +270,7 @@ class RulesPolicy final : public Policy {
     Topology topology;
     int64_t decided_ns;
     double before_samples_per_s, before_signal;
-    double before_noise;  // relative spread of the readings before the move
+    double before_noise;      // relative spread of the readings before the move
     int64_t applied_ns = -1;  // the first step the ranks reported it
     double sum_samples = 0, sum_signal = 0;
     int n = 0;

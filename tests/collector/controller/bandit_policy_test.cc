@@ -502,7 +502,8 @@ TEST(BanditPolicy, BetweenStepsAFarPastRingLinkStartsTheFirstTrial) {
     calm(p, ns);
     for (int k = 1; k <= 4; ++k)
       ASSERT_FALSE(
-          p.react(linkFeatures(Topology::kRing, 160, 200, 9e-3), ring, ns + k * 100'000'000).change);
+          p.react(linkFeatures(Topology::kRing, 160, 200, 9e-3), ring, ns + k * 100'000'000)
+              .change);
     for (int i = 0; i < 10; ++i, ns += kStepNs)
       EXPECT_FALSE(p.decide(linkFeatures(Topology::kRing, 200, 200, 1.5e-3), ring, ns).change);
     EXPECT_EQ(p.changesDetected(), 0);

@@ -194,7 +194,8 @@ TEST(RulesPolicy, ALatestReadingFarDownDecidesOnceTheWindowFollowsOrTheSignalIsF
       EXPECT_NE(d.detail.find("decisive"), std::string::npos) << d.detail;
     } else if (c.window <= 0.7 * 200) {
       // Under the plain congestion fraction it counts as one step: a second one climbs.
-      EXPECT_TRUE(p.decide(decisiveFeatures(c.latest, c.window, c.rtt_s), ring, ns + kStepNs).change);
+      EXPECT_TRUE(
+          p.decide(decisiveFeatures(c.latest, c.window, c.rtt_s), ring, ns + kStepNs).change);
     }
   }
 }
