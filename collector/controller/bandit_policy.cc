@@ -113,16 +113,15 @@ bool BanditPolicy::linkChange(const Features& f, size_t cur) {
   return true;
 }
 
-// linkChange()'s fast form between steps: a link class far past its threshold (the rules'
-// decisive_signal_factor) with the latest reading (the step in flight counted) at or below the
-// rules' congestion_throughput_fraction of the stint's level. Counts nothing per step.
-bool BanditPolicy::farPastLinkChange(const Features& f, size_t cur) const {
+// linkChange()'s fast form between steps: on the ring, a link class far past its threshold (the
+// rules' decisive_signal_factor) with the latest reading (the step in flight counted) at or below
+// the rules' congestion_throughput_fraction of `level`. Counts nothing per step.
+bool BanditPolicy::ringLinkFarPast(const Features& f, size_t cur, double level) const {
   static const RulesConfig kRules;
   if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
-      !f.has_links || stint_steps_ < 3 || !link_clear_ || stint_obs_ == 0 || stint_mean_ <= 0)
+      !f.has_links || stint_steps_ < 3 || level <= 0)
     return false;
-  if (!(f.samples_per_s > 0 &&
-        f.samples_per_s <= kRules.congestion_throughput_fraction * stint_mean_))
+  if (!(f.samples_per_s > 0 && f.samples_per_s <= kRules.congestion_throughput_fraction * level))
     return false;
   for (int l = 0; l < kLinkCount; ++l) {
     const LinkSignals& ls = f.links[l];
@@ -137,14 +136,36 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
   Decision d;
   d.to = current;
   const int cur = armIndex(current);
-  if (!f.has_steps || cur < 0 || cur != stint_arm_ || trial_ ||
-      !farPastLinkChange(f, size_t(cur))) {
+  // On the ring without a trial: a change (the stint's links were seen clear). On a ring trial
+  // (a re-probe, usually), settling or not: the trial lost, against its reference (the window
+  // holds only the ring's samples after 3 window steps, ringLinkFarPast()).
+  const bool on_trial = trial_ && int(trial_->arm) == cur;
+  const bool far =
+      f.has_steps && cur >= 0 && cur == stint_arm_ && (!trial_ || on_trial) &&
+      (on_trial ? ringLinkFarPast(f, size_t(cur), trial_->reference)
+                : link_clear_ && stint_obs_ > 0 && ringLinkFarPast(f, size_t(cur), stint_mean_));
+  if (!far) {
     react_looks_ = 0;
     return d;
   }
   if (++react_looks_ < config_.react_looks) return d;
   react_looks_ = 0;
-  char why[160];
+  char why[200];
+  if (on_trial) {
+    const size_t back = trial_->from;
+    std::snprintf(why, sizeof why,
+                  "%s: ring link RTT far past its threshold, latest samples/s %.0f against %s at "
+                  "%.1f: abandoned (between steps)",
+                  armName(current).c_str(), f.samples_per_s, armName(config_.arms[back]).c_str(),
+                  trial_->reference);
+    endTrial(false);
+    last_move_step_ = steps_;
+    d.change = true;
+    d.to = config_.arms[back];
+    d.reason = "probe_slower";
+    d.detail = why;
+    return d;
+  }
   std::snprintf(why, sizeof why,
                 "ring link RTT far past its threshold, latest samples/s %.0f against %.0f (between "
                 "steps)",

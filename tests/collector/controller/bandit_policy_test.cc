@@ -515,5 +515,38 @@ TEST(BanditPolicy, BetweenStepsAFarPastRingLinkStartsTheFirstTrial) {
   }
 }
 
+// A ring trial (here start-up's, in the field usually the re-probe) that meets a congested link
+// ends between steps as soon as the window holds only the ring's samples, without waiting for
+// its settling step (a throttled step is 1.3-1.9 s): on a far-past ring link with the latest
+// reading at or below 0.7x the trial's reference, on two looks.
+TEST(BanditPolicy, BetweenStepsAFarPastRingLinkEndsARingTrial) {
+  auto feat = [](Topology t, double sps, double rtt) {
+    Features f = linkFeatures(t, sps, sps, rtt);
+    f.step_p50_s = 1.2;  // slow steps: settling and trials last 3 window steps per reading
+    return f;
+  };
+  BanditPolicy p;
+  Arm cur{Topology::kHierarchical, PinMode::kNone};
+  int64_t ns = 0;
+  Decision d;
+  for (int i = 0; i < 60 && !d.change; ++i, ns += kStepNs)
+    d = p.decide(feat(cur.topology, 300, 12e-3), cur, ns);
+  ASSERT_TRUE(d.change);
+  ASSERT_EQ(d.to.topology, Topology::kRing) << d.detail;  // the first untried arm
+  cur = d.to;
+  // The ring runs, throttled; its first window steps settle.
+  for (int i = 0; i < 3; ++i, ns += kStepNs)
+    ASSERT_FALSE(p.decide(feat(Topology::kRing, 90, 10e-3), cur, ns).change);
+  // A clear link is no verdict between steps; a far-past one on two looks is.
+  EXPECT_FALSE(p.react(feat(Topology::kRing, 90, 1.5e-3), cur, ns + 100'000'000).change);
+  EXPECT_FALSE(p.react(feat(Topology::kRing, 90, 10e-3), cur, ns + 200'000'000).change);
+  d = p.react(feat(Topology::kRing, 90, 10e-3), cur, ns + 300'000'000);
+  ASSERT_TRUE(d.change);
+  EXPECT_EQ(d.to.topology, Topology::kHierarchical);
+  EXPECT_EQ(d.reason, "probe_slower");
+  EXPECT_NE(d.detail.find("between steps"), std::string::npos) << d.detail;
+  EXPECT_EQ(p.trialsAbandoned(), 1);
+}
+
 }  // namespace
 }  // namespace bpftrain::collector::controller
