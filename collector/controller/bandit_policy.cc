@@ -220,6 +220,11 @@ void BanditPolicy::endTrial(bool kept) {
     exploration_steps_ -= trial_->charged;
   } else {
     ++trials_abandoned_;
+    // The trial's readings are the arm's level now: a discounted mean of tens of older readings
+    // would win the next exploit against the incumbent again (the four-phase after-run
+    // alternated ring and hierarchical every 3-8 s in clear-again on a 260 mean that its trials
+    // read as 190). The arm is re-visited by UCB or a change as any other.
+    if (trial_->n > 0) stats_[trial_->arm] = ArmStats{trial_->sum, double(trial_->n), steps_};
   }
   trial_.reset();
 }
