@@ -213,6 +213,7 @@ int run(int argc, char** argv) {
   // traced from this step on; it writes its own metrics with the probe service's writer index.
   std::unique_ptr<discovery::RankDiscovery> discovered;
   std::function<void(std::vector<discovery::DiscoveredRank>)> onDiscovered;
+  std::function<void(int64_t now_ns)> drainProbeRings;  // between steps, for the controller's looks
   if (cfg.discover) {
     discovery::DiscoveryOptions dopt;
     dopt.max_jobs = cfg.discover_max_jobs;
@@ -258,6 +259,7 @@ int run(int argc, char** argv) {
       onDiscovered = [&](std::vector<discovery::DiscoveredRank> ranks) {
         probes->setDiscovered(std::move(ranks));
       };
+      drainProbeRings = [&](int64_t now) { probes->drainRings(now); };
     }
   }
 #else
@@ -429,6 +431,7 @@ int run(int argc, char** argv) {
   for (;;) {
     int64_t now = window::monotonicNowNs();
     if (now >= next_tick && now < next_step) {
+      if (drainProbeRings) drainProbeRings(now);  // fresh RTT samples for the look
       steering->onTick(*store, now);
       next_tick = std::max(next_tick, window::monotonicNowNs()) + tick_ns;  // no catching up
       continue;

@@ -113,6 +113,69 @@ bool BanditPolicy::linkChange(const Features& f, size_t cur) {
   return true;
 }
 
+// linkChange()'s fast form between steps: on the ring, a link class far past its threshold (the
+// rules' decisive_signal_factor) with the latest reading (the step in flight counted) at or below
+// the rules' congestion_throughput_fraction of `level`. Counts nothing per step.
+bool BanditPolicy::ringLinkFarPast(const Features& f, size_t cur, double level) const {
+  static const RulesConfig kRules;
+  if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
+      !f.has_links || stint_steps_ < 3 || level <= 0)
+    return false;
+  if (!(f.samples_per_s > 0 && f.samples_per_s <= kRules.congestion_throughput_fraction * level))
+    return false;
+  for (int l = 0; l < kLinkCount; ++l) {
+    const LinkSignals& ls = f.links[l];
+    const double high = Link(l) == Link::kSameHost ? kRules.same_host_rtt_p50_high_s
+                                                   : kRules.other_host_rtt_p50_high_s;
+    if (ls.seen && ls.rtt_p50_s >= kRules.decisive_signal_factor * high) return true;
+  }
+  return false;
+}
+
+Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
+  Decision d;
+  d.to = current;
+  const int cur = armIndex(current);
+  // On the ring without a trial: a change (the stint's links were seen clear). On a ring trial
+  // (a re-probe, usually), settling or not: the trial lost, against its reference (the window
+  // holds only the ring's samples after 3 window steps, ringLinkFarPast()).
+  const bool on_trial = trial_ && int(trial_->arm) == cur;
+  const bool far =
+      f.has_steps && cur >= 0 && cur == stint_arm_ && (!trial_ || on_trial) &&
+      (on_trial ? ringLinkFarPast(f, size_t(cur), trial_->reference)
+                : link_clear_ && stint_obs_ > 0 && ringLinkFarPast(f, size_t(cur), stint_mean_));
+  if (!far) {
+    react_looks_ = 0;
+    return d;
+  }
+  if (++react_looks_ < config_.react_looks) return d;
+  react_looks_ = 0;
+  char why[200];
+  if (on_trial) {
+    const size_t back = trial_->from;
+    std::snprintf(why, sizeof why,
+                  "%s: ring link RTT far past its threshold, latest samples/s %.0f against %s at "
+                  "%.1f: abandoned (between steps)",
+                  armName(current).c_str(), f.samples_per_s, armName(config_.arms[back]).c_str(),
+                  trial_->reference);
+    endTrial(false);
+    last_move_step_ = steps_;
+    d.change = true;
+    d.to = config_.arms[back];
+    d.reason = "probe_slower";
+    d.detail = why;
+    return d;
+  }
+  std::snprintf(why, sizeof why,
+                "ring link RTT far past its threshold, latest samples/s %.0f against %.0f (between "
+                "steps)",
+                f.samples_per_s, stint_mean_);
+  link_changed_ = true;
+  const int settle_steps = config_.settle_steps * per_step_;
+  noteChange(f, size_t(cur), settle_steps);
+  return explore(size_t(cur), current, true, why, settle_steps, config_.trial_steps * per_step_);
+}
+
 // Ring and halving-doubling move same-host gradients over TCP (lo), hierarchical through
 // shared memory: a flat topology's same-host RTT over the rules' threshold names the arm to try
 // first (on netlab the throttled ring's same-host median was 9.6-24 ms, 1-3.5 ms clear).
@@ -157,6 +220,11 @@ void BanditPolicy::endTrial(bool kept) {
     exploration_steps_ -= trial_->charged;
   } else {
     ++trials_abandoned_;
+    // The trial's readings are the arm's level now: a discounted mean of tens of older readings
+    // would win the next exploit against the incumbent again (the four-phase after-run
+    // alternated ring and hierarchical every 3-8 s in clear-again on a 260 mean that its trials
+    // read as 190). The arm is re-visited by UCB or a change as any other.
+    if (trial_->n > 0) stats_[trial_->arm] = ArmStats{trial_->sum, double(trial_->n), steps_};
   }
   trial_.reset();
 }
@@ -234,23 +302,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     changed = link_changed_ = true;
     change_why = "ring link RTT";
   }
-  if (changed) {
-    // The phase changed: what we know about the other arms is from the old phase; this arm's
-    // level is the latest reading.
-    ++changes_detected_;
-    reexploring_ = true;
-    same_host_congested_ = sameHostCongested(f, size_t(cur));
-    origin_arm_ = cur;
-    reprobe_ = config_.reprobe_steps;
-    const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
-    for (ArmStats& s : stats_) s = ArmStats{};
-    resetStint();
-    stint_steps_ = settle_steps + 1;
-    if (level > 0) {
-      observe(size_t(cur), level);
-      pageHinkley(level);
-    }
-  }
+  if (changed) noteChange(f, size_t(cur), settle_steps);
 
   char buf[256];
   // The trial's verdict: abandoned at the first reading far below the incumbent, else kept or
@@ -299,6 +351,35 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   // Every stint is measured for trial_steps before anything moves (the minimum dwell), and
   // twice that before a trial is judged against it, unless a change makes haste worth it.
   if (stint_obs_ < trial_steps && !changed) return d;
+  return explore(size_t(cur), current, changed, change_why, settle_steps, trial_steps);
+}
+
+void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps) {
+  // The phase changed: what we know about the other arms is from the old phase; this arm's
+  // level is the latest reading.
+  ++changes_detected_;
+  reexploring_ = true;
+  same_host_congested_ = sameHostCongested(f, cur);
+  origin_arm_ = int(cur);
+  reprobe_ = config_.reprobe_steps;
+  const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
+  for (ArmStats& s : stats_) s = ArmStats{};
+  resetStint();
+  stint_steps_ = settle_steps + 1;
+  if (level > 0) {
+    observe(cur, level);
+    pageHinkley(level);
+  }
+}
+
+Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
+                               const char* change_why, int settle_steps, int trial_steps) {
+  Decision d;
+  d.to = current;
+  char buf[256];
+  const int cur = int(cur_arm);
+  const size_t best = bestArm();
+  const double level = incumbentLevel(cur_arm);
 
   double total_n = 0, scale = 0;
   for (size_t i = 0; i < stats_.size(); ++i) {

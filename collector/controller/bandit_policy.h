@@ -74,6 +74,13 @@ struct BanditConfig {
   // Routine re-visits of known arms (UCB, full bank) wait this many window steps after the last
   // move: a steady state makes no decisions for a minute.
   int revisit_steps = 120;
+  // Between window steps (react()): a ring link far past the rules' threshold that the latest
+  // reading confirms (linkChange()'s fast form) on this many consecutive looks is a change at
+  // once, so that the first trial can start before the training step in flight ends; on a ring
+  // trial, against the trial's reference, it ends the trial (abandoned) without waiting for the
+  // settling step: on netlab (a scratch two-onset scenario) a re-probe of the ring applied 0.3 s
+  // into the throttle was abandoned at its first reading after settling, 2.8 s after the onset.
+  int react_looks = 2;
 };
 
 class BanditPolicy final : public Policy {
@@ -81,6 +88,9 @@ class BanditPolicy final : public Policy {
   explicit BanditPolicy(BanditConfig config = {});
   std::string_view name() const override { return "bandit"; }
   Decision decide(const Features& features, const Arm& current, int64_t now_ns) override;
+  // Between steps: only a ring link far past its threshold (ringLinkFarPast()): a change, or
+  // the end of a ring trial (a re-probe that met the congestion).
+  Decision react(const Features& features, const Arm& current, int64_t now_ns) override;
 
   // For tests and the decisions log.
   int steps() const { return steps_; }
@@ -114,6 +124,13 @@ class BanditPolicy final : public Policy {
   void observe(size_t arm, double reward);
   bool pageHinkley(double reward);
   bool linkChange(const Features& f, size_t cur);
+  bool ringLinkFarPast(const Features& f, size_t cur, double level) const;
+  // A detected change: the other arms' estimates forgotten, this arm's level the latest reading.
+  void noteChange(const Features& f, size_t cur, int settle_steps);
+  // After the trial's verdict and the exploit: a paid trial (UCB; untried arms first after a
+  // change) or the re-probe of the arm a change drove us from.
+  Decision explore(size_t cur, const Arm& current, bool changed, const char* change_why,
+                   int settle_steps, int trial_steps);
   bool sameHostCongested(const Features& f, size_t cur) const;
   void resetStint();
   double index(size_t arm, double total_n, double scale) const;
@@ -152,6 +169,7 @@ class BanditPolicy final : public Policy {
   // The change was seen with a flat topology's same-host links congested: re-explore the arms
   // that keep same-host gradients off TCP (hierarchical) first.
   bool same_host_congested_ = false;
+  int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
 };
 
 }  // namespace bpftrain::collector::controller

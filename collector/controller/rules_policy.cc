@@ -1,6 +1,7 @@
 #include "collector/controller/rules_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 
@@ -218,15 +219,22 @@ bool RulesPolicy::pinTrialUndo(const Features& f, const Arm& current, int64_t no
     pin_trial_.reset();  // no verdict: before and after ran different topologies
     return false;
   }
-  const int64_t since = now_ns - t.decided_ns;
+  if (t.applied_ns < 0) t.applied_ns = now_ns;
+  const int64_t since = now_ns - t.applied_ns;
   if (since < config_.pin_settle.count()) return false;
   t.sum_samples += f.samples_per_s;
   t.sum_signal += pinSignal(f, t.mode);
   ++t.n;
   const double after = t.sum_samples / t.n, after_signal = t.sum_signal / t.n;
   const double gain = t.before_samples_per_s > 0 ? after / t.before_samples_per_s - 1 : 0;
+  const double early_bar =
+      std::max(config_.pin_early_loss, config_.pin_early_noise_factor * t.before_noise);
+  t.early_hits =
+      t.before_samples_per_s > 0 && f.samples_per_s <= (1 - early_bar) * t.before_samples_per_s
+          ? t.early_hits + 1
+          : 0;
   const bool early = since >= (config_.pin_settle + config_.pin_early_measure).count() &&
-                     gain <= -config_.pin_early_loss;
+                     t.early_hits >= config_.pin_early_readings && gain <= -early_bar;
   if (!early && since < (config_.pin_settle + config_.pin_measure).count()) return false;
   const bool harm = gain < -config_.pin_loss;
   const bool better = gain >= config_.pin_gain;
@@ -268,18 +276,17 @@ void RulesPolicy::startDescentTrial(Topology from, Topology to, int64_t now_ns) 
 }
 
 // The window mean lags the congestion by up to a window (1 s); the latest reading (which
-// includes a step still running: trainer/telemetry) is current but is one rank's one step. Either
-// far enough down counts at once, the latest only with the window already below the plain
-// congestion fraction: on netlab the throttled ring's first slow steps read 101 against 205 calm
-// while the window still held 118, a controller step (0.5 s) before the window alone sufficed.
-// A signal far past its threshold (decisive_signal_factor) needs only the latest reading: the
-// window mean of a job whose first slow step is still running lags by that whole step.
+// includes a step still running: trainer/telemetry) is current but is one rank's one step. The
+// window that far down counts at once; the latest reading only with the signal far past its
+// threshold (decisive_signal_factor, farPast()), when the window of a job whose first slow step
+// is still running lags by that whole step. A latest reading far down with a signal near its
+// threshold counts as one step like any other: in controller_e2e_test's unshaped steady state
+// (load 6-9.5, another agent's guest running) one read same_host 5.4 ms (1.07x) with the latest
+// 0.43x and the window 0.68x calm, and climbed. (On netlab the throttled ring's first slow steps
+// read 101 against 205 calm, but with the RTT far past: the looks between steps catch those.)
 bool RulesPolicy::decisive(const Features& f, int link) const {
-  const double decisive = config_.decisive_throughput_fraction * calm_samples_;
-  const double congested = config_.congestion_throughput_fraction * calm_samples_;
-  if (f.samples_per_s_window <= decisive) return true;
-  if (farPast(f, link)) return true;
-  return f.samples_per_s > 0 && f.samples_per_s <= decisive && f.samples_per_s_window <= congested;
+  if (f.samples_per_s_window <= config_.decisive_throughput_fraction * calm_samples_) return true;
+  return farPast(f, link);
 }
 
 bool RulesPolicy::farPast(const Features& f, int link) const {
@@ -294,6 +301,11 @@ double RulesPolicy::excess(const Features& f, int link) const {
   const LinkSignals& ls = f.links[size_t(link)];
   const TransportView v = viewOf(ls, Link(link));
   return ls.seen && v.rtt_p50_high_s > 0 ? v.rtt_p50_s / v.rtt_p50_high_s : 0;
+}
+
+bool RulesPolicy::settlingAfterDescent(int64_t now_ns) const {
+  return last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
+         now_ns - last_descent_ns_ < config_.descent_settle.count();
 }
 
 bool RulesPolicy::escalateOk(int64_t now_ns) const {
@@ -495,7 +507,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
     d.detail += fmt("; next probe after %.0fs (cooldown %.0fs)", double(reprobe_ns_) * 1e-9,
                     double(cooldown_ns_) * 1e-9);
-  } else if (escalate_ok && congested_steps_ >= config_.escalate_steps) {
+  } else if (escalate_ok && congested_steps_ >= config_.escalate_steps &&
+             (!settlingAfterDescent(now_ns) || signal == Signal::kSevere || farPast(f, link))) {
     climb(d, signal, wanted, link, why, by_link, now_ns);
   } else if (dwell_ok && slow_since_ns_ >= 0 &&
              now_ns - slow_since_ns_ >= config_.slowdown_hold.count() &&
@@ -546,6 +559,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // The "before" of a trial: throughput and signals smoothed over the last few steps.
   if (f.config_consistent && f.samples_per_s > 0) {
     constexpr double kAlpha = 0.25;  // ~2 s at 500 ms steps
+    if (samples_ewma_ >= 0)
+      samples_dev_ewma_ += kAlpha * (std::abs(f.samples_per_s - samples_ewma_) - samples_dev_ewma_);
     samples_ewma_ = samples_ewma_ < 0 ? f.samples_per_s
                                       : samples_ewma_ + kAlpha * (f.samples_per_s - samples_ewma_);
     for (int m = 0; m < kPinModeCount; ++m)
@@ -596,8 +611,12 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       }
       d.change = true;
       d.to.pinning = want;
-      pin_trial_ =
-          PinTrial{want, d.to.topology, now_ns, samples_ewma_, pin_signal_ewma_[int(want)]};
+      pin_trial_ = PinTrial{want,
+                            d.to.topology,
+                            now_ns,
+                            samples_ewma_,
+                            pin_signal_ewma_[int(want)],
+                            samples_ewma_ > 0 ? samples_dev_ewma_ / samples_ewma_ : 0};
     }
   }
 

@@ -89,8 +89,8 @@ struct RulesConfig {
   double congestion_throughput_fraction = 0.7;
   // A signal corroborated this strongly (samples/s at or below this fraction of calm: lo
   // throttled cut the ring to 0.26x) is no CPU-load artefact: it escalates on its first step
-  // instead of escalate_steps, half a second sooner. The window mean that far down, or the
-  // latest reading with the window under congestion_throughput_fraction (decisive()).
+  // instead of escalate_steps, half a second sooner: the window mean that far down, or the
+  // latest reading at congestion_throughput_fraction with the signal far past (decisive()).
   double decisive_throughput_fraction = 0.5;
   // A link class whose RTT median (RDMA: loss per packet) is this many times its high threshold
   // climbs as soon as the latest samples/s reading is at or below congestion_throughput_fraction
@@ -128,6 +128,15 @@ struct RulesConfig {
   // against hierarchical's 164 samples/s in a clear phase the ring then won (switch transients,
   // and rank-reported rates lag by a telemetry interval).
   std::chrono::nanoseconds probe_settle = std::chrono::seconds(2);
+  // For this long after a step down the lower rung climbs back only on a signal far past its
+  // threshold (farPast(): decisive_signal_factor with the latest reading at or below
+  // congestion_throughput_fraction of calm) or a severe one; a marginal one waits for the
+  // throughput A/B above. On netlab (four-phase.json, load 5-9) a re-probe of the ring 2.5 s
+  // into the clear-again phase climbed back 2.5 s later on same_host RTT 5.2 ms (1.04x) with
+  // the window still holding the switch's slow steps (113 samples/s against hierarchical's
+  // 176), and the backoff then put the next probe 32 s out: the phase never got the ring back.
+  // Throttled lo read 9.4-24 ms on the ring, far past (>= 1.5x) at once.
+  std::chrono::nanoseconds descent_settle = std::chrono::seconds(3);
   std::chrono::nanoseconds probe_measure = std::chrono::seconds(2);
   double probe_loss = 0.10;
   // A higher rung can hide the congestion that put us there (hierarchical keeps most traffic
@@ -190,8 +199,18 @@ struct RulesConfig {
   // Cheaper to try: after pin_settle, a first pin_early_measure that already costs pin_early_loss
   // undoes the move without waiting out pin_measure (the undone trials above lost 25% and 31%;
   // one that lost 8% still takes the whole measure).
+  // The settling time and both measures count from the step the ranks report the new pinning,
+  // not from the decision: in numalab's guest (TCG) the move was applied 0.5-1 s after it was
+  // decided, and its first readings then carried the move's own page migrations, so a verdict
+  // counted from the decision undid a numa pin that was cutting remote faults (the
+  // ControllerMovesAMisplacedRunToNumaAndRemoteFaultsFall flake). The early undo also needs
+  // pin_early_readings consecutive readings each at or below the bar, and the bar is at least
+  // pin_early_noise_factor times the steps' relative spread before the move (mean absolute
+  // deviation over the samples/s EWMA): one noisy reading on a shared host is no verdict.
   std::chrono::nanoseconds pin_early_measure = std::chrono::seconds(1);
   double pin_early_loss = 0.10;
+  int pin_early_readings = 2;
+  double pin_early_noise_factor = 2.0;
   double pin_signal_drop = 0.5;
   std::chrono::nanoseconds pin_retry_after = std::chrono::seconds(120);
 };
@@ -231,6 +250,8 @@ class RulesPolicy final : public Policy {
   double excess(const Features& f, int link) const;
   // A move up may go now (min_dwell, or escalate_dwell after a step down).
   bool escalateOk(int64_t now_ns) const;
+  // Within descent_settle of a step down (the last move).
+  bool settlingAfterDescent(int64_t now_ns) const;
   // The climb to `wanted` on `signal` of `link`; by_link: the step up being left was caused by a
   // link class (how the failed-descent backoff is reported).
   void climb(Decision& d, Signal signal, int wanted, int link, const std::string& why, bool by_link,
@@ -255,8 +276,11 @@ class RulesPolicy final : public Policy {
     Topology topology;
     int64_t decided_ns;
     double before_samples_per_s, before_signal;
+    double before_noise;      // relative spread of the readings before the move
+    int64_t applied_ns = -1;  // the first step the ranks reported it
     double sum_samples = 0, sum_signal = 0;
     int n = 0;
+    int early_hits = 0;  // consecutive readings at or below the early bar
   };
   // The signal a pinning trial judges: node moves plus remote NUMA hint faults per second for
   // numa, cpu+llc moves for compact.
@@ -291,6 +315,7 @@ class RulesPolicy final : public Policy {
   Topology descent_trial_from_ = Topology::kRing;
   int64_t pin_blocked_until_ns_ = -1;
   double samples_ewma_ = -1, pin_signal_ewma_[kPinModeCount] = {};
+  double samples_dev_ewma_ = 0;  // mean absolute deviation of samples/s from samples_ewma_
   double calm_samples_ = -1;
   int react_looks_ = 0;    // consecutive looks between steps that found farPast() (react())
   int signal_steps_ = 0;   // consecutive steps whose signal asks for a higher rung  // this rung's

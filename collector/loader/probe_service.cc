@@ -101,6 +101,7 @@ class ProbeServiceImpl final : public ProbeService, private SampleSink {
 
   void init();
   void poll(const ingest::SenderRegistry& registry, int64_t now_ns) override;
+  void drainRings(int64_t now_ns) override;
   void setDiscovered(std::vector<discovery::DiscoveredRank> ranks) override {
     discovered_ = std::move(ranks);
     discovered_changed_ = true;
@@ -647,6 +648,15 @@ void ProbeServiceImpl::poll(const ingest::SenderRegistry& registry, int64_t now_
 
 void ProbeServiceImpl::useRunStatsSwitch(std::unique_ptr<RunStatsSwitch> stats_switch) {
   if (run_stats_) run_stats_->replaceSwitch(std::move(stats_switch));
+}
+
+void ProbeServiceImpl::drainRings(int64_t now_ns) {
+  if (!store_ || !synced_once_) return;
+  poll_now_ns_ = now_ns;
+  for (auto& loaded : loaded_) {
+    if (!loaded.object || !anyUp(loaded)) continue;
+    if (Status status = loaded.object->consume(*this); !status.ok()) failModule(loaded, status);
+  }
 }
 
 std::vector<ProbeStatus> ProbeServiceImpl::status() const {

@@ -60,6 +60,11 @@ class ProbeService {
   // Called once per window step from one thread: syncs targets from the registry (when its
   // version changed), reads the maps and records deltas into the store.
   virtual void poll(const ingest::SenderRegistry& registry, int64_t now_ns) = 0;
+  // Between window steps (the controller's looks): only the ring buffers (TCP samples) into the
+  // store, stamped now_ns; no target sync, counters or loss. Without it the looks read RTT as it
+  // was at the last step, up to a step (500 ms) old, when the switch they try to catch is the
+  // end of the training step in flight. From the same thread as poll().
+  virtual void drainRings(int64_t now_ns) = 0;
   // The ranks --discover found (collector/discovery/): from the next poll() each has a slot
   // labelled with its job and rank, as a hello-announced rank has; a process that is also a
   // registered sender keeps the sender's labels. A rank no longer listed is released and its
