@@ -34,6 +34,16 @@ std::string quoted(const std::string& v) {
 }
 std::string got(const std::string& v) { return ", got " + quoted(v); }
 
+// --enable-probe / --disable-probe: one more probe name on `list` (names are checked against
+// the probes when the loader starts: collector/loader/probe_service.cc).
+Setting probeNames(std::vector<std::string> CollectorConfig::*list) {
+  return {false, true, [list](CollectorConfig& c, const std::string& v) -> std::string {
+            if (v.empty()) return "expected a probe name (--list-probes names them)" + got(v);
+            (c.*list).push_back(v);
+            return {};
+          }};
+}
+
 // HOST:PORT, [IPV6]:PORT or NAME:PORT (common/host_port.h); names resolve when used.
 std::string hostPort(const std::string& v, PortZero zero, HostPort& out) {
   std::string error;
@@ -311,28 +321,8 @@ const std::map<std::string, Setting>& settings() {
                                        c.cgroups.push_back(v);
                                        return {};
                                      }}},
-      {"disable_probe",
-       {false, true,
-        [](CollectorConfig& c,
-           const std::string& v) -> std::
-                                     string {
-                                       if (v.empty())
-                                         return "expected a probe name (--list-probes names them)" +
-                                                got(v);
-                                       c.disabled_probes.push_back(v);
-                                       return {};
-                                     }}},
-      {"enable_probe",
-       {false, true,
-        [](CollectorConfig& c,
-           const std::string& v) -> std::
-                                     string {
-                                       if (v.empty())
-                                         return "expected a probe name (--list-probes names them)" +
-                                                got(v);
-                                       c.enabled_probes.push_back(v);
-                                       return {};
-                                     }}},
+      {"disable_probe", probeNames(&CollectorConfig::disabled_probes)},
+      {"enable_probe", probeNames(&CollectorConfig::enabled_probes)},
       {"log_level",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::

@@ -152,19 +152,12 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
   react_looks_ = 0;
   char why[200];
   if (on_trial) {
-    const size_t back = trial_->from;
     std::snprintf(why, sizeof why,
                   "%s: ring link RTT far past its threshold, latest samples/s %.0f against %s at "
                   "%.1f: abandoned (between steps)",
-                  armName(current).c_str(), f.samples_per_s, armName(config_.arms[back]).c_str(),
-                  trial_->reference);
-    endTrial(false);
-    last_move_step_ = steps_;
-    d.change = true;
-    d.to = config_.arms[back];
-    d.reason = "probe_slower";
-    d.detail = why;
-    return d;
+                  armName(current).c_str(), f.samples_per_s,
+                  armName(config_.arms[trial_->from]).c_str(), trial_->reference);
+    return backFromTrial(d, why);
   }
   std::snprintf(why, sizeof why,
                 "ring link RTT far past its threshold, latest samples/s %.0f against %.0f (between "
@@ -199,6 +192,17 @@ Decision BanditPolicy::move(size_t to, size_t cur, std::string_view reason, std:
   d.reason = reason;
   d.detail = std::move(detail);
   trial_ = Trial{to, cur, incumbentLevel(cur), paid, reprobe};
+  return d;
+}
+
+Decision BanditPolicy::backFromTrial(Decision d, const char* why) {
+  const size_t back = trial_->from;
+  endTrial(false);
+  last_move_step_ = steps_;
+  d.change = true;
+  d.to = config_.arms[back];
+  d.reason = "probe_slower";
+  d.detail = why;
   return d;
 }
 
@@ -321,17 +325,11 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       endTrial(true);  // the trial arm is the incumbent now
       return d;
     }
-    const size_t back = trial_->from;
     std::snprintf(buf, sizeof buf, "%s at %.1f samples/s over %d readings against %s at %.1f%s",
-                  armName(current).c_str(), mean, trial_->n, armName(config_.arms[back]).c_str(),
-                  trial_->reference, slow ? ": abandoned" : "");
-    endTrial(false);
-    last_move_step_ = steps_;
-    d.change = true;
-    d.to = config_.arms[back];
-    d.reason = "probe_slower";
-    d.detail = buf;
-    return d;
+                  armName(current).c_str(), mean, trial_->n,
+                  armName(config_.arms[trial_->from]).c_str(), trial_->reference,
+                  slow ? ": abandoned" : "");
+    return backFromTrial(d, buf);
   }
   // Exploit against the incumbent's level now, the trials' reference: a trial that lost to a
   // level the incumbent no longer holds (a change seen on the links before throughput) is won

@@ -138,6 +138,8 @@ class BanditPolicy final : public Policy {
   Decision move(size_t to, size_t cur, std::string_view reason, std::string detail, bool paid,
                 bool reprobe);
   void endTrial(bool kept);
+  // A lost trial: back to the arm it left, `why` in the decision's detail.
+  Decision backFromTrial(Decision d, const char* why);
 
   BanditConfig config_;
   std::vector<ArmStats> stats_;

@@ -45,6 +45,13 @@ Status addRunStats(const bpf_program* prog, RunStats& sum) {
   return {};
 }
 
+const ProbeDef* findProbe(std::string_view name) {
+  for (const ProbeModule* module : probeModules())
+    for (const auto& def : module->probes())
+      if (def.name == name) return &def;
+  return nullptr;
+}
+
 struct Probe {
   const ProbeDef* def = nullptr;
   size_t module = 0;  // index into loaded_
@@ -690,24 +697,13 @@ std::unique_ptr<ProbeService> ProbeService::create(const ProbeOptions& options,
       return nullptr;
     }
   }
-  for (const auto& name : options.enabled) {
-    bool known = false;
-    for (const ProbeModule* module : probeModules())
-      for (const auto& def : module->probes()) known |= def.name == name;
-    if (!known)
-      std::fprintf(stderr,
-                   "bpftrain: --enable-probe %s: no such probe (--list-probes names them)\n",
-                   name.c_str());
-  }
-  for (const auto& name : options.disabled) {
-    bool known = false;
-    for (const ProbeModule* module : probeModules())
-      for (const auto& def : module->probes()) known |= def.name == name;
-    if (!known)
-      std::fprintf(stderr,
-                   "bpftrain: --disable-probe %s: no such probe (--list-probes names them)\n",
-                   name.c_str());
-  }
+  // A misspelt --enable-probe / --disable-probe is said, not fatal: the other probes still run.
+  for (const auto& [flag, names] : {std::pair{"--enable-probe", &options.enabled},
+                                    std::pair{"--disable-probe", &options.disabled}})
+    for (const auto& name : *names)
+      if (!findProbe(name))
+        std::fprintf(stderr, "bpftrain: %s %s: no such probe (--list-probes names them)\n", flag,
+                     name.c_str());
   auto service = std::make_unique<ProbeServiceImpl>(options, &store, writer_index);
   service->init();
   return service;
@@ -732,17 +728,13 @@ std::vector<ProbeStatus> ProbeService::listProbes() {
 }
 
 std::string ProbeService::offByDefault(const std::string& probe) {
-  for (const ProbeModule* module : probeModules())
-    for (const auto& def : module->probes())
-      if (probe == def.name) return std::string(def.off_by_default);
-  return {};
+  const ProbeDef* def = findProbe(probe);
+  return def ? std::string(def->off_by_default) : std::string();
 }
 
 std::string ProbeService::describe(const std::string& probe) {
-  for (const ProbeModule* module : probeModules())
-    for (const auto& def : module->probes())
-      if (probe == def.name) return std::string(def.source);
-  return {};
+  const ProbeDef* def = findProbe(probe);
+  return def ? std::string(def->source) : std::string();
 }
 
 }  // namespace bpftrain::collector::loader
