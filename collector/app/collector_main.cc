@@ -388,8 +388,10 @@ int run(int argc, char** argv) {
 #ifdef BPFTRAIN_HAVE_LOADER
       // Sampled run statistics are switched on and off for the collector's whole life, which
       // needs CAP_SYS_ADMIN: a keeper process holds that capability alone.
+      unsigned uid = getuid(), gid = getgid();
+      if (!user.empty() && geteuid() == 0) (void)userIds(user, uid, gid);  // checked by the drop
       if (probes && cfg.probe_run_stats == "sampled") {
-        if (auto keeper = loader::RunStatsKeeper::start(error)) {
+        if (auto keeper = loader::RunStatsKeeper::start(uid, gid, error)) {
           logf(LogLevel::kInfo, kLog,
                "run-statistics keeper pid %d keeps CAP_SYS_ADMIN alone, to switch sampled BPF run "
                "statistics (--probe-run-stats on|off needs none)",

@@ -48,6 +48,15 @@ bool userExists(const std::string& user) {
   return lookUp(user, pw, buf);
 }
 
+bool userIds(const std::string& user, unsigned& uid, unsigned& gid) {
+  passwd pw{};
+  std::string buf;
+  if (!lookUp(user, pw, buf)) return false;
+  uid = pw.pw_uid;
+  gid = pw.pw_gid;
+  return true;
+}
+
 bool dropPrivileges(const std::string& user, const std::vector<int>& keep, PrivilegeDrop& out,
                     std::string& error) {
   __u32 mask[2] = {0, 0};

@@ -32,5 +32,7 @@ bool dropPrivileges(const std::string& user, const std::vector<int>& keep, Privi
 
 // Whether a user of this name exists (the default --user, bpftrain, may not).
 bool userExists(const std::string& user);
+// Its uid and primary gid; false when there is no such user.
+bool userIds(const std::string& user, unsigned& uid, unsigned& gid);
 
 }  // namespace bpftrain::collector::app

@@ -21,7 +21,7 @@ constexpr int kIn = 3, kOut = 4;  // the keeper's ends of the two pipes
 
 // The keeper's whole life, after fork() in a threaded process: raw system calls only (no
 // allocation, no locks another thread may have held at the fork).
-[[noreturn]] void keep(int in, int out, pid_t parent) {
+[[noreturn]] void keep(int in, int out, pid_t parent, unsigned uid, unsigned gid) {
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (getppid() != parent) _exit(0);  // the collector died before the line above
   if (dup2(in, kIn) < 0 || dup2(out, kOut) < 0) _exit(1);
@@ -29,6 +29,13 @@ constexpr int kIn = 3, kOut = 4;  // the keeper's ends of the two pipes
   if (syscall(SYS_close_range, kOut + 1, ~0U, 0) != 0)
     for (int fd = kOut + 1; fd < 1024; ++fd) close(fd);
   close(0);
+  // The collector's user, keeping the permitted set across the uid change (then only SYS_ADMIN).
+  if (uid != getuid() || gid != getgid()) {
+    if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 || syscall(SYS_setgroups, 0, nullptr) != 0 ||
+        setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
+      _exit(1);  // the collector sees EPIPE on its first ask and turns the statistics off
+    prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0);
+  }
   // Only CAP_SYS_ADMIN, effective and permitted; never more (no_new_privs).
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct caps[2] = {};
@@ -62,7 +69,8 @@ constexpr int kIn = 3, kOut = 4;  // the keeper's ends of the two pipes
 
 }  // namespace
 
-std::unique_ptr<RunStatsKeeper> RunStatsKeeper::start(std::string& error) {
+std::unique_ptr<RunStatsKeeper> RunStatsKeeper::start(unsigned uid, unsigned gid,
+                                                      std::string& error) {
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct caps[2] = {};
   if (syscall(SYS_capget, &header, caps) != 0 ||
@@ -85,7 +93,7 @@ std::unique_ptr<RunStatsKeeper> RunStatsKeeper::start(std::string& error) {
   }
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid == 0) keep(to[0], from[1], parent);
+  if (pid == 0) keep(to[0], from[1], parent, uid, gid);
   close(to[0]);
   close(from[1]);
   if (pid < 0) {

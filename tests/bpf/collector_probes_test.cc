@@ -210,7 +210,8 @@ TEST_F(CollectorProbesTest, DropsToTheUserAndKeepsOnlyWhatTheProbesUseWhileMetri
   EXPECT_GT(sumPrefix(m, "bpftrain_probe_up{"), 0);
 
   // Sampled run statistics (the default) still come after the drop: the keeper process switches
-  // them, holding CAP_SYS_ADMIN (bit 21) alone, with no_new_privs and none of the collector's fds.
+  // them as the same user, holding CAP_SYS_ADMIN (bit 21) alone, with no_new_privs and none of
+  // the collector's fds.
   m = c.scrapeUntil(
       [](const Metrics& s) { return sumPrefix(s, "bpftrain_probe_run_seconds_total{") > 0; }, 10s);
   EXPECT_GT(sumPrefix(m, "bpftrain_probe_run_seconds_total{"), 0) << c.proc->err;
@@ -218,6 +219,7 @@ TEST_F(CollectorProbesTest, DropsToTheUserAndKeepsOnlyWhatTheProbesUseWhileMetri
   const size_t at = c.proc->err.find("run-statistics keeper pid ");
   ASSERT_NE(at, std::string::npos) << c.proc->err;
   const std::string keeper = std::to_string(std::atoi(c.proc->err.c_str() + at + 26));
+  EXPECT_EQ(statusField("/proc/" + keeper + "/status", "Uid"), "65534\t65534\t65534\t65534");
   EXPECT_EQ(statusField("/proc/" + keeper + "/status", "CapEff"), "0000000000200000");
   EXPECT_EQ(statusField("/proc/" + keeper + "/status", "CapPrm"), "0000000000200000");
   EXPECT_EQ(statusField("/proc/" + keeper + "/status", "NoNewPrivs"), "1");
