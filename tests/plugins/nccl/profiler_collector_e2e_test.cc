@@ -120,9 +120,17 @@ TEST(NcclProfilerE2e, CollectivesAndStepsAppearInMetricsWithJobAndRank) {
   for (auto kv :
        Labels{{"comm", "00000000feed0001"}, {"channel", "0"}, {"peer", "4"}, {"direction", "send"}})
     link.push_back(kv);
+  // Every series asserted below: they travel in separate frames, and one scrape can fall between
+  // two (a clean-clone rehearsal read the steps before their bytes).
   auto m = collector.scrapeUntil([&](const CollectorProcess::Metrics& s) {
     return get(s, "bpftrain_nccl_steps_total", link) == 2 * kColls &&
-           get(s, "bpftrain_nccl_collectives_total", coll) == kColls;
+           get(s, "bpftrain_nccl_step_bytes_total", link) == 2 * kColls * 65536 &&
+           get(s, "bpftrain_nccl_outstanding_steps", link) == 0 &&
+           get(s, "bpftrain_nccl_collective_channels", coll) == 2 &&
+           get(s, "bpftrain_nccl_collectives_total", coll) == kColls &&
+           get(s, "bpftrain_nccl_collective_bytes_total", coll) == kColls * (1 << 20) &&
+           get(s, "bpftrain_allreduce_seconds_count", rank) == kColls &&
+           get(s, "bpftrain_allreduce_bytes_total", rank) == kColls * (1 << 20);
   });
   EXPECT_EQ(get(m, "bpftrain_nccl_collectives_total", coll), kColls);
   EXPECT_EQ(get(m, "bpftrain_nccl_collective_bytes_total", coll), kColls * (1 << 20));
