@@ -111,3 +111,68 @@ int BPF_PROG(migrate_memo, struct task_struct* task) {
   countSlot(memoSlot(task->tgid));
   return 0;
 }
+
+/* What a migration probe's cost is made of (--variants, forced migrations): reading the task's
+ * tgid, finding its slot in the tgid table, incrementing one per-CPU counter, each alone; and the
+ * slot and the counter in one per-CPU line (a bucket found by a hash of the tgid), the layout
+ * that would touch one line where the probes touch two. On this host each map line a program
+ * touches costs about as much as the others, whatever the map type (docs/probes.md). */
+struct target_bucket {
+  __u32 tgid;
+  __u32 slot;
+  __u64 count[3];
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1024);
+  __type(key, __u32);
+  __type(value, struct target_bucket);
+} buckets SEC(".maps");
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(migrate_tgid_only, struct task_struct* task) {
+  __u32 tgid = task->tgid;
+  barrier_var(tgid); /* the load stays */
+  return 0;
+}
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(migrate_slot_only, struct task_struct* task) {
+  __u32 slot = tgidSlot(task->tgid);
+  barrier_var(slot);
+  return 0;
+}
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(migrate_counter_only, struct task_struct* task) {
+  countSlot(1);
+  return 0;
+}
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(migrate_bucket, struct task_struct* task) {
+  __u32 tgid = task->tgid;
+  __u32 key = (tgid * 2654435761u) >> 22; /* Fibonacci hash to 10 bits */
+  struct target_bucket* b = bpf_map_lookup_elem(&buckets, &key);
+  if (b && b->tgid == tgid) b->count[0]++;
+  return 0;
+}
+
+/* The same two layouts on tlb_flush (--variants, TLB shootdowns): the probe's (the running task's
+ * tgid, the table, a per-slot counter) and a bucket holding both. */
+SEC("tp_btf/tlb_flush")
+int BPF_PROG(tlb_table, int reason) {
+  __u64* c = slotCounts(&counts, currentSlot());
+  if (c) (*c)++;
+  return 0;
+}
+
+SEC("tp_btf/tlb_flush")
+int BPF_PROG(tlb_bucket, int reason) {
+  __u32 tgid = currentTgid();
+  __u32 key = (tgid * 2654435761u) >> 22;
+  struct target_bucket* b = bpf_map_lookup_elem(&buckets, &key);
+  if (b && b->tgid == tgid) b->count[0]++;
+  return 0;
+}
