@@ -216,8 +216,11 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
       f.tlb_flushes_per_s += perSecond(s);
     } else if (name == m::kRunqueueWaitSeconds.name) {
       if (const double waited = perSecond(s); waited > f.runqueue_wait_s_per_s) {
+        f.runner_up_wait_s_per_s = f.runqueue_wait_s_per_s;
         f.runqueue_wait_s_per_s = waited;
         f.most_waiting_rank = rankOf(s);
+      } else {
+        f.runner_up_wait_s_per_s = std::max(f.runner_up_wait_s_per_s, waited);
       }
     } else if (name == m::kRdmaOutstandingWorkRequests.name && fresh) {
       f.rdma.seen = true;
@@ -346,6 +349,7 @@ nlohmann::json featuresJson(const Features& f) {
   j["tlb_flushes_per_s"] = f.tlb_flushes_per_s;
   j["runqueue_wait_s_per_s"] = f.runqueue_wait_s_per_s;
   j["most_waiting_rank"] = f.most_waiting_rank;
+  j["runner_up_wait_s_per_s"] = f.runner_up_wait_s_per_s;
   j["samples_per_s"] = f.samples_per_s;
   j["samples_per_s_window"] = f.samples_per_s_window;
   return j;

@@ -119,6 +119,8 @@ struct Features {
   // for a CPU (bpftrain_runqueue_wait_seconds_total, summed over its threads), and that rank.
   double runqueue_wait_s_per_s = 0;
   int most_waiting_rank = -1;
+  // The next rank's wait: when it too is high, the host is contended, not one rank.
+  double runner_up_wait_s_per_s = 0;
 
   // Throughput, samples/s summed over ranks: the latest report of each rank (reacts within one
   // telemetry interval) and the window mean (smoother, lags by up to a window).

@@ -13,7 +13,10 @@
 // slot per process, a slot's series expire with it, that log line at most once a minute).
 // After, as root with the probes on, 360 s, 10 s samples (tools/bench soak --minutes 6): passes,
 // RSS 67.6..69.4 MB (+2.7%), fds 151, series 2283..2660, senders 1452..1502 of 17750 seen, 35
-// log lines.
+// log lines. 2026-12-03, 30 min at load 6-13 (sampled run statistics, the keeper): RSS
+// 74.3..77.4 MB (+4.2%), fds 142..145 (transient), series 2107..2661, senders 1402..1552 of
+// 87,950 seen, no frame lost; it failed on 694 log lines, the cpu_contention diagnosis flipping
+// between the two ranks (now the host's when two ranks wait), and on the fds' range.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -218,7 +221,23 @@ TEST(Soak, CollectorMemorySeriesAndSendersStayFlatWhileJobsComeAndGo) {
   // Bounds: the live set is ~kSenderIdleS jobs of 50 senders and ~kTtlS jobs of series, so
   // anything that grows with the number of jobs seen would break these within a minute.
   EXPECT_LT(rss_drift, 0.10);
-  EXPECT_LE(fd_hi - fd_lo, 2);
+  // Open fds: no growth from the first third of the flat part to the last. Not a range: the
+  // sampled BPF run statistics hold one more fd 1 s in every 30 s, so single samples read +1 or
+  // -2 around the usual count (30 min, 2026-12-03: 144 in 158 samples, 145 in 7, 142 in 15).
+  {
+    const size_t third = std::max<size_t>(1, late.size() / 3);
+    std::vector<double> first, last;
+    for (size_t i = 0; i < third; ++i) {
+      first.push_back(double(late[i].fds));
+      last.push_back(double(late[late.size() - 1 - i].fds));
+    }
+    EXPECT_LE(*std::max_element(last.begin(), last.end()),
+              *std::max_element(first.begin(), first.end()));
+    std::sort(first.begin(), first.end());
+    std::sort(last.begin(), last.end());
+    EXPECT_LE(last[last.size() / 2], first[first.size() / 2]) << "open fds grew";
+  }
+  EXPECT_LE(fd_hi - fd_lo, 4);  // a leak per job (1,759 jobs in 30 min) would be thousands
   EXPECT_LE(se_hi, 1.5 * se_lo + 50);
   EXPECT_LE(sn_hi, 50.0 * (kSenderIdleS + 2 * sample_s + 2) + 2);
   EXPECT_GT(jobs.load(), seconds / 3);

@@ -101,6 +101,30 @@ TEST(Diagnosis, CpuContentionAndMemoryPlacement) {
   EXPECT_EQ(settle(d, extractFeatures(v, "j", 0, nullptr)).cause, "memory_placement");
 }
 
+// When more than one rank waits for a CPU, the diagnosis is the host's (rank -1), and it does not
+// flip as the most-waiting rank alternates between steps.
+TEST(Diagnosis, ContentionOnSeveralRanksIsTheHostsAndDoesNotFlipBetweenThem) {
+  auto waits = [](double rank0_s, double rank1_s) {
+    std::vector<window::SeriesSnapshot> v = snapshotsOf(ring());
+    v.push_back(counter("bpftrain_runqueue_wait_seconds", jr("j", 0), rank0_s));
+    v.push_back(counter("bpftrain_runqueue_wait_seconds", jr("j", 1), rank1_s));
+    return extractFeatures(v, "j", 0, nullptr);
+  };
+  Diagnoser d;
+  const Diagnosis& g = settle(d, waits(0.7, 1.1));
+  EXPECT_EQ(g.cause, "cpu_contention");
+  EXPECT_EQ(g.rank, -1);
+  EXPECT_NE(g.detail.find("the most 1100 ms per second and the next 700"), std::string::npos)
+      << g.detail;
+  const Diagnosis first = g;
+  for (int i = 0; i < 6; ++i) {
+    const Diagnosis& now = d.update(i % 2 ? waits(0.7, 1.2) : waits(1.2, 0.7));
+    EXPECT_TRUE(now.sameAs(first)) << "step " << i << ": " << now.detail;
+  }
+  // One rank alone above the bar is that rank's.
+  EXPECT_EQ(settle(d, waits(0.05, 0.9)).rank, 1);
+}
+
 // One noisy window does not flip the diagnosis; two in a row do.
 TEST(Diagnosis, ANewCauseMustHoldTwoSteps) {
   Diagnoser d;
