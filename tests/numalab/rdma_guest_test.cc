@@ -446,6 +446,54 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
               latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second, latency.max);
 }
 
+// rdma_rxe's kprobes, the path of a kernel without BPF trampolines (--rdma-rxe-attach kprobe
+// forces it here, where fentry works): the same known answer as above, exact.
+TEST_F(RdmaGuestTest, RdmaRxeByKprobesCountsTheWritesAProgramPostedToo) {
+  constexpr int kWrites = 200;
+  if (access(kPosts, X_OK) != 0)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
+  Posts run;
+  if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
+  ProbeOptions options;
+  options.pids = {run.pids[0], run.pids[1]};
+  options.rdma_rxe_kprobes = true;
+  // The module says how it attached on stderr: kept in a file while the service starts.
+  const std::string log = "/tmp/rdma_rxe_attach.log";
+  std::fflush(stderr);
+  const int saved = dup(2);
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  dup2(fd, 2);
+  close(fd);
+  start(options, "rdma_rxe");
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  const std::string attach_log = readAll(log);
+  std::fputs(attach_log.c_str(), stderr);
+  EXPECT_NE(attach_log.find("bpftrain: rdma_rxe: attached by kprobes"), std::string::npos)
+      << attach_log;
+  const std::string out = finishPosts(run);
+  ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
+  auto total = [&](const std::string& metric, const std::string& rank, const std::string& op) {
+    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", "rxe"}};
+    if (!op.empty()) want["op"] = op;
+    auto s = series(metric, want);
+    return s.name.empty() ? -1.0 : s.total;
+  };
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "0", "write"), kWrites) << out;
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "write"), kWrites);
+  EXPECT_EQ(total("bpftrain_rdma_bytes", "0", ""), kWrites * 4096.0);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "recv"), kWrites);
+  EXPECT_EQ(total("bpftrain_rdma_unmatched_completions", "0", ""), 0);
+  const std::map<std::string, std::string> rxe0{
+      {"job", "manual"}, {"rank", "0"}, {"source", "rxe"}};
+  EXPECT_EQ(series("bpftrain_rdma_completion_seconds", rxe0).count, rxeSampled(kWrites));
+  auto depth = series("bpftrain_rdma_outstanding_work_requests", rxe0);
+  EXPECT_EQ(depth.count, 2 * rxeSampled(kWrites));
+  EXPECT_EQ(depth.max, 1);
+}
+
 // --rdma-sources auto (the default): a Gloo program whose devices are both rxe is counted once,
 // by the kernel side. The same known answer as above from rdma_rxe, no rdma_verbs uprobe attached
 // (no source="gloo" work request counted), and the choice exported per rank.

@@ -117,7 +117,8 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
                                       {0, &metrics::kRdmaQpsFolded, "source", "rxe"}};
   // fentry first where the probe can run at all; a kernel that cannot load those programs (no
   // trampolines, no BTF for the module's functions) gets the kprobes alone.
-  std::string no_fentry = why.empty() ? "" : why;
+  std::string no_fentry = why;
+  if (no_fentry.empty() && env.options.rdma_rxe_kprobes) no_fentry = "--rdma-rxe-attach kprobe";
   for (const bool fentry : {true, false}) {
     if (fentry && !no_fentry.empty()) continue;
     auto loaded = loadObject<rdma_rxe_counts, Object>(
