@@ -1,7 +1,8 @@
-// Empty uprobe and kprobe programs: what one hit of a uprobe or a kprobe costs beyond its program
-// (the trap or ftrace entry, the perf-event dispatch, bpf_stats' own timing), which bpf_stats does
-// not see. bpftrain-trap-bench (tools/bench rdma) times a tight loop with them attached and not;
-// rdma_verbs is uprobes and rdma_rxe kprobes, so their CPU cost is this plus their run time.
+// Empty uprobe, kprobe and fentry programs: what one hit of a uprobe or a kprobe costs beyond its
+// program (the trap or ftrace entry, the perf-event dispatch, bpf_stats' own timing), which
+// bpf_stats does not see. bpftrain-trap-bench (tools/bench rdma) times a tight loop with them
+// attached and not; rdma_verbs is uprobes and rdma_rxe kprobes, so their CPU cost is this plus
+// their run time.
 // clang-format off
 #include "vmlinux.h"  // first: the types every header below uses
 // clang-format on
@@ -18,6 +19,11 @@ int empty_uprobe(void* ctx) { return 0; }
 
 SEC("kprobe")
 int empty_kprobe(void* ctx) { return 0; }
+
+// An empty fentry program: its attach target is set before load (bpftrain-trap-bench opens one
+// object per target), the BPF trampoline being what rdma_rxe's fentry programs pay per hit.
+SEC("fentry/__x64_sys_getppid")
+int empty_fentry(void* ctx) { return 0; }
 
 // The parts a probe is made of, each alone on the kprobe (bpftrain-trap-bench --parts): what one
 // costs under this kernel and machine, in bpf_stats and in the hitting thread's CPU.

@@ -38,6 +38,13 @@ struct rdma_rxe_counts {
 
 /* Post times kept per queue pair (an RC send queue completes in order). */
 #define RDMA_RXE_RING 256
+/* Latency and depth are sampled 1 work request in this many (a power of two), chosen by each
+ * send WQE's sequence number on its QP (the first posted is sampled): a sampled one's post time is
+ * taken at its doorbell and its post -> completion latency at its completion, and both events emit
+ * a depth sample. The counts (posted, completed, bytes, outstanding) take every work request: the
+ * clock and the ring-buffer record are two of the few helper calls left per event (docs/probes.md,
+ * "What a probe costs"). */
+#define RDMA_RXE_SAMPLE_EVERY 8
 /* New WQEs read per doorbell; more in one doorbell are counted as posted op "other" and lost. */
 #define RDMA_RXE_MAX_PER_DOORBELL 64
 

@@ -23,7 +23,8 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-BPFTRAIN_COUNTS_MAP(struct rdma_verbs_counts);
+// One shared copy with atomic adds: before Linux 6.10 a per-CPU array lookup is a helper call.
+BPFTRAIN_SHARED_COUNTS_MAP(struct rdma_verbs_counts);
 BPFTRAIN_LOST_MAP();
 
 struct {
@@ -89,8 +90,8 @@ int BPF_KPROBE(on_pair_send, void* pair, void* buffer, __u64 offset, __u64 lengt
   int slot = currentSlot();
   struct rdma_verbs_counts* c = slotCounts(&counts, slot);
   if (!c) return 0;
-  c->posted[RDMA_OP_WRITE]++;
-  c->write_bytes += length;
+  __sync_fetch_and_add(&c->posted[RDMA_OP_WRITE], 1);
+  __sync_fetch_and_add(&c->write_bytes, length);
   struct pair_state* state = pairOf((__u64)pair, 1);
   if (!state) {  // the pair map refused a new entry: this write's latency and depth are lost
     BPFTRAIN_COUNT_LOST();
@@ -109,14 +110,14 @@ int BPF_KPROBE(on_pair_send, void* pair, void* buffer, __u64 offset, __u64 lengt
 SEC("uprobe")
 int BPF_KPROBE(on_pair_send_memory_region, void* pair) {
   struct rdma_verbs_counts* c = slotCounts(&counts, currentSlot());
-  if (c) c->posted[RDMA_OP_SEND]++;
+  if (c) __sync_fetch_and_add(&c->posted[RDMA_OP_SEND], 1);
   return 0;
 }
 
 SEC("uprobe")
 int BPF_KPROBE(on_pair_post_receive, void* pair) {
   struct rdma_verbs_counts* c = slotCounts(&counts, currentSlot());
-  if (c) c->posted[RDMA_OP_RECV]++;
+  if (c) __sync_fetch_and_add(&c->posted[RDMA_OP_RECV], 1);
   return 0;
 }
 
@@ -130,18 +131,18 @@ int BPF_KPROBE(on_pair_handle_completion, void* pair, void* wc) {
   if (bpf_probe_read_user(&opcode, sizeof(opcode), (char*)wc + 12)) return 0;
   switch (opcode) {
     case WC_SEND:
-      c->completed[RDMA_OP_SEND]++;
+      __sync_fetch_and_add(&c->completed[RDMA_OP_SEND], 1);
       return 0;
     case WC_RECV:
     case WC_RECV_RDMA_WITH_IMM:
-      c->completed[RDMA_OP_RECV]++;
+      __sync_fetch_and_add(&c->completed[RDMA_OP_RECV], 1);
       return 0;
     case WC_RDMA_WRITE:
       break;
     default:
       return 0;
   }
-  c->completed[RDMA_OP_WRITE]++;
+  __sync_fetch_and_add(&c->completed[RDMA_OP_WRITE], 1);
   __u64 latency = 0;
   struct pair_state* state = pairOf((__u64)pair, 0);
   if (state && state->completed < state->posted &&
@@ -149,7 +150,7 @@ int BPF_KPROBE(on_pair_handle_completion, void* pair, void* wc) {
     latency = bpf_ktime_get_ns() - state->post_ns[state->completed % RDMA_VERBS_RING];
     state->completed++;
   } else {
-    c->unmatched++;  // its post was not counted in `outstanding` either
+    __sync_fetch_and_add(&c->unmatched, 1);  // its post was not counted in `outstanding` either
     return 0;
   }
   __u32 key = (__u32)slot;

@@ -225,39 +225,41 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
   X(kRdmaQpEvents, "bpftrain_rdma_qp_events", kCounter, "events", "job rank event",                \
     "USDT bpftrain:qp_post,qp_complete", "RDMA work requests posted and completed (event)")        \
   X(kRdmaWorkRequests, "bpftrain_rdma_work_requests", kCounter, "work requests",                 \
-    "job rank op source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",              \
+    "job rank op source", "uprobe gloo::transport::ibverbs::Pair; fentry/kprobes rdma_rxe",              \
     "RDMA work requests a rank posted (source gloo: Gloo's ibverbs pair, op write: data, send: a " \
     "buffer announced to the peer, recv: receives posted; source rxe: any verbs program on "      \
     "soft-RoCE, seen in the kernel, op write/send/read/atomic/other; receives are not seen posted)") \
   X(kRdmaWorkCompletions, "bpftrain_rdma_work_completions", kCounter, "work requests",             \
-    "job rank op source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",              \
+    "job rank op source", "uprobe gloo::transport::ibverbs::Pair; fentry/kprobes rdma_rxe",              \
     "RDMA work requests a rank saw complete (op and source as for work_requests; recv: receives)") \
   X(kRdmaBytes, "bpftrain_rdma_bytes", kCounter, "bytes", "job rank source",                       \
-    "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",                                     \
+    "uprobe gloo::transport::ibverbs::Pair; fentry/kprobes rdma_rxe",                                     \
     "Bytes of the RDMA writes a rank posted")                                                      \
   X(kRdmaOutstandingWorkRequests, "bpftrain_rdma_outstanding_work_requests", kDistribution,        \
-    "work requests", "job rank source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe", \
-    "RDMA work requests a rank has posted and not seen complete, at each post and completion "     \
-    "(source gloo: RDMA writes; source rxe: every send-queue work request)",                      \
+    "work requests", "job rank source", "uprobe gloo::transport::ibverbs::Pair; fentry/kprobes rdma_rxe", \
+    "RDMA work requests a rank has posted and not seen complete (source gloo: RDMA writes, at "    \
+    "each post and completion; source rxe: send-queue work requests, at the post and completion "  \
+    "of 1 in 8)",                      \
     kWorkRequestBuckets)                                                                           \
   X(kRdmaCompletionSeconds, "bpftrain_rdma_completion_seconds", kDistribution, "seconds",          \
-    "job rank source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",                  \
-    "From posting an RDMA work request to its completion (gloo: writes; rxe: send-queue requests)", \
+    "job rank source", "uprobe gloo::transport::ibverbs::Pair; fentry/kprobes rdma_rxe",                  \
+    "From posting an RDMA work request to its completion (gloo: writes; rxe: 1 in 8 send-queue "   \
+    "requests)", \
     kRttSecondsBuckets)                                                                            \
   X(kRdmaUnmatchedCompletions, "bpftrain_rdma_unmatched_completions", kCounter, "work requests",  \
-    "job rank source", "uprobe gloo::transport::ibverbs::Pair; kprobes rdma_rxe",                  \
+    "job rank source", "uprobe gloo::transport::ibverbs::Pair; fentry/kprobes rdma_rxe",                  \
     "Completions without a post seen (posted before the probe attached): no latency sample")      \
   X(kRdmaQpOutstandingWorkRequests, "bpftrain_rdma_qp_outstanding_work_requests", kDistribution,  \
-    "work requests", "job rank source qp", "kprobes rdma_rxe",                                     \
-    "Send work requests posted and not complete on one queue pair of a rank, at each post and "    \
-    "completion (qp: 0-7 in the order the probe first saw them post, then other)",                \
+    "work requests", "job rank source qp", "fentry/kprobes rdma_rxe",                                     \
+    "Send work requests posted and not complete on one queue pair of a rank, at the post and "     \
+    "completion of 1 in 8 (qp: 0-7 in the order the probe first saw them post, then other)",                \
     kWorkRequestBuckets)                                                                           \
   X(kRdmaQpsFolded, "bpftrain_rdma_qps_folded", kCounter, "queue pairs", "job rank source",         \
-    "kprobes rdma_rxe", "Queue pairs of a rank past the 8 with their own qp label, folded into qp=other") \
+    "fentry/kprobes rdma_rxe", "Queue pairs of a rank past the 8 with their own qp label, folded into qp=other") \
   X(kRdmaSourceInfo, "bpftrain_rdma_source_info", kGauge, "1", "job rank source",                 \
     "loader (--rdma-sources)",                                                                    \
     "1 for the source that counts a rank's RDMA work requests (rxe: the kernel's soft-RoCE "       \
-    "kprobes; gloo: uprobes on Gloo's ibverbs pair), one per process under --rdma-sources auto")   \
+    "probes; gloo: uprobes on Gloo's ibverbs pair), one per process under --rdma-sources auto")   \
   BPFTRAIN_RDMA_PORT_COUNTERS(BPFTRAIN_RDMA_PORT_METRIC, X)                                        \
   X(kRdmaPortOther, "bpftrain_rdma_port_other", kCounter, "events", "device port counter",         \
     "sysfs infiniband hw_counters", "A port counter file this version does not name (counter: the file)") \

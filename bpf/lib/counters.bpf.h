@@ -12,6 +12,17 @@
     __type(value, value_type);               \
   } counts SEC(".maps")
 
+/* The same block as one copy shared by every CPU, for objects that update it with atomic adds:
+ * before Linux 6.10 a per-CPU array lookup is a helper call, an array's lookup is inlined into a
+ * bounds check and an address (the loader reads either kind). */
+#define BPFTRAIN_SHARED_COUNTS_MAP(value_type) \
+  struct {                                     \
+    __uint(type, BPF_MAP_TYPE_ARRAY);          \
+    __uint(max_entries, BPFTRAIN_MAX_SLOTS);   \
+    __type(key, __u32);                        \
+    __type(value, value_type);                 \
+  } counts SEC(".maps")
+
 /* Events that could not be recorded (full ring buffer, full map), per CPU, one slot. */
 #define BPFTRAIN_LOST_MAP()                  \
   struct {                                   \

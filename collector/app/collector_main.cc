@@ -236,6 +236,7 @@ int run(int argc, char** argv) {
     loader::ProbeOptions po;
     po.all_processes = cfg.all_processes;
     po.rdma_sources = cfg.rdma_sources_all ? loader::RdmaSources::kAll : loader::RdmaSources::kAuto;
+    po.rdma_rxe_kprobes = cfg.rdma_rxe_kprobes;
     po.pids = cfg.pids;
     po.cgroups = cfg.cgroups;
     po.disabled = {cfg.disabled_probes.begin(), cfg.disabled_probes.end()};
@@ -489,7 +490,9 @@ int run(int argc, char** argv) {
     if (fresh.ingest_threads != cfg.ingest_threads) note(restart, "ingest_threads");
     if (fresh.rcvbuf_bytes != cfg.rcvbuf_bytes) note(restart, "rcvbuf");
     if (fresh.no_bpf != cfg.no_bpf || fresh.pids != cfg.pids || fresh.cgroups != cfg.cgroups ||
-        fresh.all_processes != cfg.all_processes || fresh.rdma_sources_all != cfg.rdma_sources_all)
+        fresh.all_processes != cfg.all_processes ||
+        fresh.rdma_sources_all != cfg.rdma_sources_all ||
+        fresh.rdma_rxe_kprobes != cfg.rdma_rxe_kprobes)
       note(restart, "bpf targets");
     if (fresh.discover != cfg.discover || fresh.discover_max_jobs != cfg.discover_max_jobs)
       note(restart, "discovery");

@@ -211,12 +211,20 @@ const std::map<std::string, Setting>& settings() {
           c.rdma_sources_all = v == "all";
           return {};
         }}},
-      {"discover",
-       {true, false,
+      {"rdma_rxe_attach",
+       {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
-          c.discover = v == "true";
+          if (v != "auto" && v != "kprobe") return "expected auto or kprobe" + got(v);
+          c.rdma_rxe_kprobes = v == "kprobe";
           return {};
         }}},
+      {"discover",
+       {true, false,
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           c.discover = v == "true";
+                                                           return {};
+                                                         }}},
       {"discover_max_jobs",
        {false, false,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -574,6 +582,8 @@ const char* collectorUsage() {
          "  --rdma-sources auto|all  auto: count each RDMA work request once (rdma_rxe where\n"
          "                         it sees every device a process opened, else rdma_verbs'\n"
          "                         uprobes); all: every source that sees it\n"
+         "  --rdma-rxe-attach auto|kprobe  rdma_rxe by fentry where the kernel can (auto), or\n"
+         "                         by its kprobes (to compare the two)\n"
          "  --discover             find training ranks (torchrun, mpirun, srun) from their "
          "environment\n"
          "  --discover-max-jobs N  jobs --discover follows at most (32); more are counted\n"

@@ -63,6 +63,7 @@ struct CollectorConfig {
   bool all_processes = false;  // --all
   // --rdma-sources all (default auto: collector/loader/rdma_source.h)
   bool rdma_sources_all = false;
+  bool rdma_rxe_kprobes = false;  // --rdma-rxe-attach kprobe: rdma_rxe's kprobes even with fentry
   bool discover = false;          // --discover: find torchrun/mpirun/srun ranks on this host
   size_t discover_max_jobs = 32;  // --discover-max-jobs: more jobs are counted, not followed
   bool list_probes = false;

@@ -3,6 +3,7 @@
 // Status from the libbpf check (libbpf_check.h).
 //   PerCpuArray<T>   a skeleton's BPF_MAP_TYPE_PERCPU_ARRAY of T (the `lost` map)
 //   PerCpuCounters   a skeleton's per-slot counter block: `counts`, whose value is a struct of u64
+//                    (per-CPU, or one shared copy updated with atomic adds)
 //   HashMap<K, V>    a map the loader creates and shares across objects (the cgroup targets)
 //   RingReader<S>    a BPF_MAP_TYPE_RINGBUF of records S, each delivered to handler->onSample(s)
 #pragma once
@@ -99,7 +100,9 @@ class PerCpuArray {
 };
 
 // The per-slot counter block of an object: PERCPU_ARRAY[BPFTRAIN_MAX_SLOTS] of a struct made of
-// u64 words only (the module's <stem>_counts). The loader sums word i over CPUs.
+// u64 words only (the module's <stem>_counts). The loader sums word i over CPUs. An object may
+// declare it a plain ARRAY instead (BPFTRAIN_SHARED_COUNTS_MAP, atomic adds), read as one CPU:
+// before Linux 6.10 a per-CPU array lookup is a helper call, an array's is inlined.
 class PerCpuCounters {
  public:
   PerCpuCounters() = default;
@@ -107,10 +110,11 @@ class PerCpuCounters {
   static Result<PerCpuCounters> bind(const bpf_map* map, int ncpus) {
     static_assert(std::is_trivially_copyable_v<Counts> && sizeof(Counts) % sizeof(uint64_t) == 0,
                   "a counter struct is u64 words only");
-    BPFTRAIN_TRY(
-        detail::expectMap(map, BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(uint32_t), sizeof(Counts)));
+    const bool shared = map && bpf_map__type(map) == BPF_MAP_TYPE_ARRAY;
+    BPFTRAIN_TRY(detail::expectMap(map, shared ? BPF_MAP_TYPE_ARRAY : BPF_MAP_TYPE_PERCPU_ARRAY,
+                                   sizeof(uint32_t), sizeof(Counts)));
     PerCpuCounters out;
-    out.core_ = detail::PerCpuCore(map, sizeof(Counts), ncpus);
+    out.core_ = detail::PerCpuCore(map, sizeof(Counts), shared ? 1 : ncpus);
     return out;
   }
   bool bound() const { return core_.bound(); }

@@ -35,6 +35,9 @@ struct ProbeOptions {
   // auto instruments each once (rdma_rxe where it sees every device the process opened, else
   // rdma_verbs' uprobes); all attaches every source that can see it.
   RdmaSources rdma_sources = RdmaSources::kAuto;
+  // rdma_rxe by its kprobes even where its fentry programs would attach (--rdma-rxe-attach
+  // kprobe): the two compared in one boot, and the fallback path tested where fentry works.
+  bool rdma_rxe_kprobes = false;
   std::string proc_root = "/proc";
   // Bytes of each ring buffer (a power of 2, at least a page); 0: the object's own (1 MiB). Tests
   // shrink it to fill a ring and check that every event lost is counted.

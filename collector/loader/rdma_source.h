@@ -1,5 +1,6 @@
-// Which source counts a process's RDMA work requests (--rdma-sources). rdma_rxe's kprobes see
-// every work request of any verbs program on soft-RoCE for the price of a kprobe; rdma_verbs'
+// Which source counts a process's RDMA work requests (--rdma-sources). rdma_rxe's kernel probes
+// (fentry, else kprobes) see every work request of any verbs program on soft-RoCE for the price
+// of a trampoline or a kprobe; rdma_verbs'
 // uprobes on Gloo's ibverbs pair cost a trap each (tens of microseconds under TCG, microseconds on
 // hardware) and are the only source on a real NIC, whose posts never enter the kernel. `auto`
 // instruments a work request once: a process whose every open verbs device is one the kernel

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bpf/rdma_rxe.h"
 #include "collector/ingest/sender_registry.h"
 #include "collector/loader/probe_service.h"
 #include "collector/window/series_store.h"
@@ -30,6 +31,13 @@
 
 namespace bpftrain::collector::loader {
 namespace {
+
+// rdma_rxe samples latency and depth for 1 send WQE in RDMA_RXE_SAMPLE_EVERY of a QP, the first
+// included: n WQEs on one QP give this many latency samples, and twice as many depth samples (its
+// post and its completion).
+constexpr uint64_t rxeSampled(uint64_t n) {
+  return (n + RDMA_RXE_SAMPLE_EVERY - 1) / RDMA_RXE_SAMPLE_EVERY;
+}
 
 using namespace std::chrono_literals;
 
@@ -418,15 +426,15 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
   const std::map<std::string, std::string> rxe0{
       {"job", "manual"}, {"rank", "0"}, {"source", "rxe"}};
   auto kernel_latency = series("bpftrain_rdma_completion_seconds", rxe0);
-  EXPECT_EQ(kernel_latency.count, uint64_t(kWrites));
+  EXPECT_EQ(kernel_latency.count, rxeSampled(kWrites));  // 1 in RDMA_RXE_SAMPLE_EVERY
   EXPECT_GT(kernel_latency.min, 0);
   auto kernel_depth = series("bpftrain_rdma_outstanding_work_requests", rxe0);
-  EXPECT_EQ(kernel_depth.count, uint64_t(2 * kWrites));
+  EXPECT_EQ(kernel_depth.count, 2 * rxeSampled(kWrites));
   EXPECT_EQ(kernel_depth.max, 1);
   // Per queue pair: rank 0's one QP is qp="0", with every sample; none folded.
   auto qp_depth = series("bpftrain_rdma_qp_outstanding_work_requests",
                          {{"job", "manual"}, {"rank", "0"}, {"source", "rxe"}, {"qp", "0"}});
-  EXPECT_EQ(qp_depth.count, uint64_t(2 * kWrites));
+  EXPECT_EQ(qp_depth.count, 2 * rxeSampled(kWrites));
   EXPECT_EQ(qp_depth.max, 1);
   EXPECT_EQ(total("bpftrain_rdma_qps_folded", "0", "", "rxe"), 0);
   std::printf("rdma_rxe: %g writes posted, %g completed, %g bytes; completion p50 %.6f s\n",
@@ -436,6 +444,54 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
               kernel_latency.quantiles.empty() ? -1.0 : kernel_latency.quantiles[0].second);
   std::printf("rdma_verbs: %d writes, completion p50 %.6f s max %.6f s\n", kWrites,
               latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second, latency.max);
+}
+
+// rdma_rxe's kprobes, the path of a kernel without BPF trampolines (--rdma-rxe-attach kprobe
+// forces it here, where fentry works): the same known answer as above, exact.
+TEST_F(RdmaGuestTest, RdmaRxeByKprobesCountsTheWritesAProgramPostedToo) {
+  constexpr int kWrites = 200;
+  if (access(kPosts, X_OK) != 0)
+    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
+  Posts run;
+  if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
+  ProbeOptions options;
+  options.pids = {run.pids[0], run.pids[1]};
+  options.rdma_rxe_kprobes = true;
+  // The module says how it attached on stderr: kept in a file while the service starts.
+  const std::string log = "/tmp/rdma_rxe_attach.log";
+  std::fflush(stderr);
+  const int saved = dup(2);
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  dup2(fd, 2);
+  close(fd);
+  start(options, "rdma_rxe");
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  const std::string attach_log = readAll(log);
+  std::fputs(attach_log.c_str(), stderr);
+  EXPECT_NE(attach_log.find("bpftrain: rdma_rxe: attached by kprobes"), std::string::npos)
+      << attach_log;
+  const std::string out = finishPosts(run);
+  ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
+  auto total = [&](const std::string& metric, const std::string& rank, const std::string& op) {
+    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", "rxe"}};
+    if (!op.empty()) want["op"] = op;
+    auto s = series(metric, want);
+    return s.name.empty() ? -1.0 : s.total;
+  };
+  EXPECT_EQ(total("bpftrain_rdma_work_requests", "0", "write"), kWrites) << out;
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "write"), kWrites);
+  EXPECT_EQ(total("bpftrain_rdma_bytes", "0", ""), kWrites * 4096.0);
+  EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "recv"), kWrites);
+  EXPECT_EQ(total("bpftrain_rdma_unmatched_completions", "0", ""), 0);
+  const std::map<std::string, std::string> rxe0{
+      {"job", "manual"}, {"rank", "0"}, {"source", "rxe"}};
+  EXPECT_EQ(series("bpftrain_rdma_completion_seconds", rxe0).count, rxeSampled(kWrites));
+  auto depth = series("bpftrain_rdma_outstanding_work_requests", rxe0);
+  EXPECT_EQ(depth.count, 2 * rxeSampled(kWrites));
+  EXPECT_EQ(depth.max, 1);
 }
 
 // --rdma-sources auto (the default): a Gloo program whose devices are both rxe is counted once,
@@ -662,7 +718,7 @@ TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
     EXPECT_LE(recv, kFlowWrites);
     EXPECT_GE(recv, kFlowWrites - 2) << "more receive completions missed than 6.1's kprobe skip";
     auto depth = of("bpftrain_rdma_outstanding_work_requests", sender, "");
-    EXPECT_EQ(depth.count, uint64_t(2 * kFlowWrites));  // every post and every completion
+    EXPECT_EQ(depth.count, 2 * rxeSampled(kFlowWrites));  // sampled posts and completions
     EXPECT_LE(depth.max, kWindow);
     if (!depth.quantiles.empty()) p50[i] = depth.quantiles[0].second;
     // The sender has one queue pair: its qp="0" series holds the same samples.
@@ -675,15 +731,16 @@ TEST_F(RdmaGuestTest, SlowReceiverKeepsTenTimesMoreWorkRequestsOutstanding) {
                 pairs[i].name.c_str(), p50[i], depth.max,
                 latency.quantiles.empty() ? -1.0 : latency.quantiles[0].second);
   }
-  // The multi pair's sender: 5 writes on each of its 10 QPs, one depth sample per post and
-  // completion on the QP's own series.
+  // The multi pair's sender: 5 writes on each of its 10 QPs, one depth sample per sampled post and
+  // completion on the QP's own series (each QP's first write is sampled).
   EXPECT_EQ(of("bpftrain_rdma_work_requests", "4", "write").total, kMultiWrites);
   EXPECT_EQ(of("bpftrain_rdma_qps_folded", "4", "").total, kMultiQps - 8);
   for (int q = 0; q <= 8; ++q) {
     const std::string label = q < 8 ? std::to_string(q) : "other";
     auto qp_depth = series("bpftrain_rdma_qp_outstanding_work_requests",
                            {{"job", "manual"}, {"rank", "4"}, {"source", "rxe"}, {"qp", label}});
-    EXPECT_EQ(qp_depth.count, uint64_t(q < 8 ? 10 : 10 * (kMultiQps - 8))) << "qp " << label;
+    const uint64_t per_qp = 2 * rxeSampled(kMultiWrites / kMultiQps);
+    EXPECT_EQ(qp_depth.count, q < 8 ? per_qp : per_qp * (kMultiQps - 8)) << "qp " << label;
   }
   std::printf("slow/fast outstanding p50 ratio: %.1f\n", p50[0] / std::max(p50[1], 1.0));
   EXPECT_GE(p50[0], 10 * std::max(p50[1], 1.0)) << "slow p50 " << p50[0] << ", fast " << p50[1];

@@ -4,9 +4,9 @@
 // /proc/PID/root, so a rank in another mount namespace is found too); a process that maps no
 // libgloo posts no work requests through Gloo and is simply not one. Under --rdma-sources auto
 // (collector/loader/rdma_source.h) a process gets the uprobes unless every verbs device it has
-// open is one rdma_rxe's kprobes see: a work request is counted once, by the cheaper side. Where
-// rdma_rxe is up, a process waits for its first device (no work request can be posted before),
-// checked each step; the choice is logged once per process and exported as
+// open is one rdma_rxe's kernel probes see: a work request is counted once, by the cheaper side.
+// Where rdma_rxe is up, a process waits for its first device (no work request can be posted
+// before), checked each step; the choice is logged once per process and exported as
 // bpftrain_rdma_source_info.
 #include "bpf/rdma_verbs.h"
 
@@ -76,10 +76,13 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
   }
 
   Status attachTarget(uint32_t tgid, std::vector<LinkPtr>& links) override {
-    if (sources_ == RdmaSources::kAll) return attachUprobes(tgid, links);
-    if (glooOf(tgid).empty()) return {};  // no Gloo in this process (or it is gone)
+    // /proc/PID/maps is read once per process: the path is kept for a later decision.
+    std::string gloo = glooOf(tgid);
+    if (gloo.empty()) return {};  // no Gloo in this process (or it is gone)
+    if (sources_ == RdmaSources::kAll) return attachUprobes(tgid, gloo, links);
     Target& target = targets_[tgid];
     target.slot = target_tgids_->slotOf(tgid);
+    target.gloo = std::move(gloo);
     return decide(tgid, target);
   }
 
@@ -116,6 +119,7 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
   struct Target {
     uint32_t slot = 0;
     RdmaSourceChoice choice = RdmaSourceChoice::kUndecided;
+    std::string gloo;            // the libgloo it maps, as glooOf() found it at attachTarget
     std::vector<LinkPtr> links;  // its uprobes, when the choice is kUprobes
   };
 
@@ -133,16 +137,16 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
                  "bpftrain_rdma_source_info{source=\"%s\"})\n",
                  tgid, list.c_str(),
                  target.choice == RdmaSourceChoice::kKernel
-                     ? "rdma_rxe's kprobes, no rdma_verbs uprobes"
+                     ? "rdma_rxe's kernel probes, no rdma_verbs uprobes"
                      : "rdma_verbs' uprobes (a device the kernel side cannot see)",
                  std::string(name(target.choice)).c_str());
-    if (target.choice == RdmaSourceChoice::kUprobes) return attachUprobes(tgid, target.links);
+    if (target.choice == RdmaSourceChoice::kUprobes)
+      return attachUprobes(tgid, target.gloo, target.links);
     return {};
   }
 
-  Status attachUprobes(uint32_t tgid, std::vector<LinkPtr>& links) {
-    const std::string gloo = glooOf(tgid);
-    if (gloo.empty()) return {};  // no Gloo in this process (or it is gone)
+  // gloo: the process's libgloo, from glooOf().
+  Status attachUprobes(uint32_t tgid, const std::string& gloo, std::vector<LinkPtr>& links) {
     for (bpf_program* prog : programs_) {
       std::string_view symbol;
       for (const Entry& e : kEntries)
