@@ -18,7 +18,7 @@ class GradientBuckets {
  public:
   // A bucket holds at least this many gradient floats (256 KiB): below that a bucket's fixed cost
   // (its allreduce's round trips) is no longer small, and its allreduce too short for a switch
-  // inside the step to matter. The digits model (26k parameters) therefore runs one bucket.
+  // inside the step to matter. The digits model (9.6k parameters) therefore runs one bucket.
   static constexpr size_t kMinBucketFloats = 64 * 1024;
   // Bucket boundaries fall on multiples of this many floats (4 KiB pages).
   static constexpr size_t kAlignFloats = 1024;

@@ -23,7 +23,7 @@ TEST(GradientBuckets, PlanCoversTheGradientsInOrderWithAMinimumBucket) {
     int wanted;
     size_t expect;
   } cases[] = {
-      {26'000, 4, 1},       // the digits model: one bucket
+      {9'610, 4, 1},        // the digits model: one bucket
       {min - 1, 8, 1},      // too few for two
       {2 * min, 4, 2},      // capped by the minimum
       {16'785'418, 4, 4},   // mlp:2048x4, the netlab model
