@@ -91,6 +91,9 @@ std::string usage() {
   --data FILE               digits.csv.gz (default: from tools/setup)
   --timeout S               rendezvous / dead-peer / stop timeout in seconds (default 30)
   --sync auto|tail|broadcast  how decisions reach all ranks (default auto, see docs/trainer.md)
+  --allreduce-buckets N     run the gradient allreduce as N buckets, 1..8 (default 4; fewer when
+                            a bucket would hold under 64 Ki floats): a new topology applies at the
+                            next bucket, inside the step (see docs/trainer.md)
 HOST:PORT is IPV4:PORT, [IPV6]:PORT or NAME:PORT (names resolve when the socket opens).
 )";
 }
@@ -99,7 +102,7 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
                                     const std::map<std::string, std::string>& env,
                                     std::string& error) {
   Options o;
-  bool rank_given = false, world_given = false, steps_given = false;
+  bool rank_given = false, world_given = false, steps_given = false, buckets_given = false;
   std::optional<std::string> topology_text;  // read once --backend is known
   std::string model_text = "digits";
   auto fail = [&](const std::string& msg) {
@@ -252,6 +255,9 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
       if (!intFlag(o.switch_seed, 0, std::numeric_limits<long long>::max())) return std::nullopt;
     } else if (flag == "--overhead-ab") {
       if (!intFlag(o.overhead_ab, 1, 1 << 30)) return std::nullopt;
+    } else if (flag == "--allreduce-buckets") {
+      if (!intFlag(o.allreduce_buckets, 1, kMaxAllreduceBuckets)) return std::nullopt;
+      buckets_given = true;
     } else if (flag == "--sync") {
       if (!strFlag(o.sync)) return std::nullopt;
       if (o.sync != "auto" && o.sync != "tail" && o.sync != "broadcast")
@@ -348,6 +354,10 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
   // algorithm per collective unless --topology fixes it, and the GPU model's memory is on the
   // device (so there is no model memory for --pin numa to place).
   if (o.backend == "nccl") {
+    if (buckets_given && o.allreduce_buckets > 1)
+      return fail(
+          "--allreduce-buckets: with --backend nccl the gradients are one NCCL allreduce (its "
+          "algorithm steered by --nccl-control, not switched between buckets); drop the flag");
     if (o.switch_every > 0)
       return fail(
           "--switch-every draws Gloo topologies: it needs --backend gloo (NCCL jobs are steered "

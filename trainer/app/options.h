@@ -13,6 +13,11 @@
 
 namespace bpftrain::trainer::app {
 
+// Default: measured no slower than one bucket in clear phases (docs/trainer.md); at most 8: the
+// algorithms cache one Gloo object per bucket in caches of 8 (more would rebuild them every step).
+inline constexpr int kDefaultAllreduceBuckets = 4;
+inline constexpr int kMaxAllreduceBuckets = 8;
+
 struct Options {
   // Who and where.
   int ranks = 0;  // > 0: launcher mode, start this many local ranks
@@ -72,6 +77,9 @@ struct Options {
   uint64_t switch_seed = 0;
   int overhead_ab = 0;
   std::string sync = "auto";  // how config words travel: auto | tail | broadcast
+  // The gradient allreduce as this many buckets (collective/gradient_buckets.h), so a topology
+  // decision applies between buckets instead of at the next step; --backend gloo.
+  int allreduce_buckets = kDefaultAllreduceBuckets;
   bool quiet = false;
 };
 

@@ -20,6 +20,7 @@
 #include "common/wire_format.h"
 #include "trainer/app/nccl_environment.h"
 #include "trainer/collective/communicator.h"
+#include "trainer/collective/gradient_buckets.h"
 #include "trainer/collective/rendezvous.h"
 #include "trainer/control/config_sync.h"
 #include "trainer/control/control_receiver.h"
@@ -150,14 +151,15 @@ class RankRunner {
   void refreshThreads();
   void reportControlDrops();
   void syncAtBoundary(uint64_t step, bool features_on);
-  void applySwitch(const control::Switch& s, uint64_t step);
+  // bucket > 0: applied inside the step, after that many of its gradient buckets.
+  void applySwitch(const control::Switch& s, uint64_t step, size_t bucket = 0);
   void publishConfig();
   void afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s);
   void checkpoint(uint64_t step_done);
   void report(uint64_t end_step, const StepTotals& totals);
   // The step's model operations: on the GPU model for --backend nccl, else the CPU Mlp.
   float computeGradients(uint64_t step);
-  void allreduceGradients();
+  void allreduceGradients(uint64_t step, bool features_on);
   void applyGradients(float grad_scale);
   double testAccuracy();
   void copyModelToHost();    // the GPU model's parameters and momentum into model_ (checkpoints)
@@ -172,6 +174,7 @@ class RankRunner {
   std::optional<model::Sharder> sharder_;
   std::unique_ptr<model::Mlp> model_;
   std::unique_ptr<collective::Communicator> comm_;
+  std::optional<collective::GradientBuckets> buckets_;  // --allreduce-buckets (Gloo)
 #ifdef BPFTRAIN_WITH_NCCL_BACKEND
   NcclCommunicator* nccl_ = nullptr;  // comm_ when --backend nccl
   // --backend nccl trains here; model_ stays the host copy (initial bits, checkpoints, pinning).
@@ -246,6 +249,9 @@ void RankRunner::setUpModel() {
   model_ = std::make_unique<model::Mlp>(o_.model, std::max(o_.batch, 128), o_.hugepages,
                                         control::kSyncWordFloats);
   model_->initialize(o_.seed);
+  // NCCL allreduces the device buffer in one call: its algorithm is NCCL's, not switched here.
+  buckets_.emplace(model_->parameterCount(), control::kSyncWordFloats,
+                   o_.backend == "nccl" ? 1 : o_.allreduce_buckets);
   resumed_config_ = {0, o_.topology, o_.pin};
   for (pid_t t : pinning::listThreads()) compute_tids_.insert(t);  // main + BLAS workers
 }
@@ -331,18 +337,32 @@ float RankRunner::computeGradients(uint64_t step) {
   return model_->computeGradients(split_->train, sharder_->batchFor(step));
 }
 
-// On the GPU the allreduce sums the device buffer in place; only the control-word tail travels
-// to and from the host, where ConfigSync writes and reads it.
-void RankRunner::allreduceGradients() {
+// Bucket by bucket, each with the sync word in its tail: a new topology read after one bucket
+// runs the remaining buckets of this step on every rank (ConfigSync::readTail says which words may
+// apply mid-step). On the GPU the allreduce sums the device buffer in place, in one call; only the
+// control-word tail travels to and from the host, where ConfigSync writes and reads it.
+void RankRunner::allreduceGradients(uint64_t step, bool features_on) {
+  auto write = [&](std::span<float> tail) {
+    sync_->writeTail(step, features_on, Clock::now(), tail);
+  };
 #ifdef BPFTRAIN_WITH_NCCL_BACKEND
   if (gpu_) {
+    write(model_->gradientTail());
     gpu_->uploadTail(model_->gradientTail());
     nccl_->allreduceDevice(gpu_->gradientsWithTail(), gpu_->gradientsWithTailCount());
     gpu_->downloadTail(model_->gradientTail());
+    sync_->readTail(model_->gradientTail());
     return;
   }
 #endif
-  comm_->allreduce(model_->gradientsWithTail(), config().topology);
+  const size_t n = buckets_->size();
+  for (size_t b = 0; b < n; ++b)
+    buckets_->run(
+        model_->gradientsWithTail(), b, write,
+        [&](std::span<float> data) { comm_->allreduce(data, config().topology); },
+        [&](std::span<const float> tail) {
+          if (auto s = sync_->readTail(tail, b + 1 < n)) applySwitch(*s, step, b + 1);
+        });
 }
 
 void RankRunner::applyGradients(float grad_scale) {
@@ -479,15 +499,19 @@ void RankRunner::publishConfig() {
   emitter_->setGauge(MetricId::kPinning, double(uint8_t(config().pinning)));
 }
 
-// Every rank runs this at the same step with the same switch.
-void RankRunner::applySwitch(const control::Switch& s, uint64_t step) {
+// Every rank runs this at the same step (and bucket) with the same switch.
+void RankRunner::applySwitch(const control::Switch& s, uint64_t step, size_t bucket) {
   if (s.to.pinning != s.from.pinning) applyPinning(s.to.pinning);
   const uint64_t applied = realtimeNowNs();
   publishConfig();
-  log("applied epoch %" PRIu64 " at step %" PRIu64 ": topology %s pinning %s at %" PRIu64 " ns%s",
+  const std::string arrived =
+      s.arrival_ns ? " (arrived " + std::to_string(s.arrival_ns) + " ns)" : "";
+  const std::string where = bucket > 0 ? " mid-step, after bucket " + std::to_string(bucket) +
+                                             " of " + std::to_string(buckets_->size())
+                                       : "";
+  log("applied epoch %" PRIu64 " at step %" PRIu64 ": topology %s pinning %s at %" PRIu64 " ns%s%s",
       s.to.epoch, step, std::string(topologyName(s.to.topology)).c_str(),
-      std::string(pinModeName(s.to.pinning)).c_str(), applied,
-      s.arrival_ns ? (" (arrived " + std::to_string(s.arrival_ns) + " ns)").c_str() : "");
+      std::string(pinModeName(s.to.pinning)).c_str(), applied, arrived.c_str(), where.c_str());
 }
 
 // At a step boundary, before compute: the configuration the last allreduce carried, then (with
@@ -587,11 +611,11 @@ int RankRunner::run() {
   refreshThreads();
   applyPinning(config().pinning);
   log("world %d (%s), local rank %d/%d, model %s (%zu parameters, %.1f MiB), topology %s, pin %s, "
-      "steps %" PRIu64 "..%" PRIu64,
+      "steps %" PRIu64 "..%" PRIu64 ", allreduce in %zu bucket%s",
       o_.world, o_.rank_source.c_str(), local_rank_, local_world_, o_.model.name.c_str(),
       model_->parameterCount(), double(model_->parameterCount()) * 4 / (1 << 20),
       topologyLabel(config().topology).c_str(), std::string(pinModeName(config().pinning)).c_str(),
-      start_step_, o_.steps);
+      start_step_, o_.steps, buckets_->size(), buckets_->size() == 1 ? "" : "s");
 
   const float grad_scale = 1.0f / float(o_.world);
   StepTotals totals;
@@ -608,11 +632,9 @@ int RankRunner::run() {
           double(o_.batch));
     syncAtBoundary(step, features_on);
     loss_ = computeGradients(step);
-    sync_->writeTail(step, features_on, Clock::now(), model_->gradientTail());
     const auto t1 = Clock::now();
-    allreduceGradients();
+    allreduceGradients(step, features_on);
     const auto t2 = Clock::now();
-    sync_->readTail(model_->gradientTail());
     applyGradients(grad_scale);
     const double step_s = seconds(Clock::now() - t0), allreduce_s = seconds(t2 - t1);
     totals.step_s += step_s;

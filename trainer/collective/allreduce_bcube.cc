@@ -71,7 +71,8 @@ class BcubeAllreduce final : public AllreduceAlgorithm {
   std::shared_ptr<gloo::Context> context_;
   size_t min_elements_ = 0;
   std::vector<float> staging_;
-  BufferCache<PingPong> cache_{4};
+  // One entry per gradient bucket (--allreduce-buckets, at most 8), so none is rebuilt per step.
+  BufferCache<PingPong> cache_{8};
 };
 
 }  // namespace

@@ -27,7 +27,8 @@ class HalvingDoublingAllreduce final : public AllreduceAlgorithm {
 
  private:
   std::shared_ptr<gloo::Context> context_;
-  BufferCache<gloo::AllreduceHalvingDoubling<float>> cache_{4};
+  // One entry per gradient bucket (--allreduce-buckets, at most 8), so none is rebuilt per step.
+  BufferCache<gloo::AllreduceHalvingDoubling<float>> cache_{8};
 };
 
 }  // namespace

@@ -113,8 +113,9 @@ SwitchDraws::SwitchDraws(int every, uint64_t seed, uint32_t topologies)
 
 std::optional<Decision> SwitchDraws::poll(uint64_t step, uint64_t newest_epoch) {
   // Step 0 never draws; a run resumed at a multiple of K draws at its first step, as the
-  // uninterrupted run did there.
-  if (every_ == 0 || step == 0 || step % every_ != 0) return std::nullopt;
+  // uninterrupted run did there. Later polls of the same step (each bucket polls) draw nothing.
+  if (every_ == 0 || step == 0 || step % every_ != 0 || step == polled_step_) return std::nullopt;
+  polled_step_ = step;
   const uint64_t r = mix(seed_ ^ mix(step));
   uint64_t topology = r % kTopologyCount;
   for (size_t i = 0; i < kTopologyCount && !(topologies_ >> topology & 1); ++i)
@@ -175,13 +176,19 @@ void ConfigSync::writeTail(uint64_t step, bool collect_decisions, Clock::time_po
   encodeSyncWord(outgoing(now), tail.first<kSyncWordFloats>());
 }
 
-void ConfigSync::readTail(std::span<const float> tail) {
-  if (!active_ || tail.size() < kSyncWordFloats) return;
+std::optional<Switch> ConfigSync::readTail(std::span<const float> tail, bool more_buckets) {
+  if (!active_ || tail.size() < kSyncWordFloats) return std::nullopt;
   std::optional<SyncWord> w = decodeSyncWord(tail.first<kSyncWordFloats>());
-  if (!w) return;
-  if (w->config.epoch > config_.epoch) staged_ = w->config;
+  if (!w) return std::nullopt;
   broadcast_mode_ = w->broadcast;
   stop_ = stop_ || w->stop;
+  if (w->config.epoch <= config_.epoch) return std::nullopt;
+  if (more_buckets && w->config.pinning == config_.pinning) {
+    staged_.reset();  // an older word staged by an earlier bucket is superseded
+    return apply(w->config);
+  }
+  staged_ = w->config;
+  return std::nullopt;
 }
 
 ConfigWord ConfigSync::nextStepConfig() const {
@@ -197,8 +204,7 @@ void ConfigSync::observe(double step_seconds, double allreduce_seconds) {
 }
 
 void ConfigSync::collect(uint64_t step) {
-  if (options_.rank != 0 || collected_step_ == step) return;
-  collected_step_ = step;
+  if (options_.rank != 0) return;
   for (DecisionSource* source : sources_) {
     std::optional<Decision> d = source->poll(step, newestEpoch());
     if (!d) continue;

@@ -1,8 +1,10 @@
 // How a configuration (controller decision, --switch-every draw) and the --duration stop reach
 // every rank at the same step. Rank 0 collects decisions and writes one SyncWord; it travels in the
-// 8-float tail of the gradient allreduce (other ranks write zeros, so the sum is rank 0's word
-// exactly, at no extra round trip) or, once allreduces are slow, in a broadcast at spaced step
-// boundaries. Pure: ConfigSync does no I/O, the caller moves the buffers (tests are the network).
+// 8-float tail of each gradient bucket's allreduce (other ranks write zeros, so the sum is rank 0's
+// word exactly, at no extra round trip) or, once allreduces are slow, also in a broadcast at spaced
+// step boundaries. A new topology alone applies at the next bucket, inside the step; anything else
+// at the next step. Pure: ConfigSync does no I/O, the caller moves the buffers (tests are the
+// network).
 #pragma once
 
 #include <chrono>
@@ -69,7 +71,8 @@ struct Decision {
   uint64_t arrival_ns = 0;
 };
 
-// Where rank 0's decisions come from. Polled at most once per step boundary, in the order added.
+// Where rank 0's decisions come from. Polled in the order added at every point a word is written
+// (a boundary broadcast, each bucket's tail), so several times a step.
 class DecisionSource {
  public:
   virtual ~DecisionSource() = default;
@@ -101,10 +104,10 @@ class ReceiverSource final : public DecisionSource {
 };
 
 // Test and benchmark hook (--switch-every K --switch-seed S): a topology and pinning drawn from
-// (seed, step) at every step > 0 that K divides, so a resumed run draws what an uninterrupted run
-// draws from there on. `topologies` (bit t: Topology t may be drawn) leaves out those the transport
-// cannot run (none today: see topologyUnsupported); a draw of one of them takes the next allowed
-// one.
+// (seed, step) at every step > 0 that K divides, at the step's first poll only, so a resumed run
+// draws what an uninterrupted run draws from there on. `topologies` (bit t: Topology t may be
+// drawn) leaves out those the transport cannot run (none today: see topologyUnsupported); a draw of
+// one of them takes the next allowed one.
 class SwitchDraws final : public DecisionSource {
  public:
   SwitchDraws(int every, uint64_t seed, uint32_t topologies = ~0u);
@@ -113,6 +116,7 @@ class SwitchDraws final : public DecisionSource {
  private:
   uint64_t every_, seed_;
   uint32_t topologies_;
+  uint64_t polled_step_ = ~uint64_t{0};
 };
 
 struct SyncOptions {
@@ -135,7 +139,8 @@ struct Switch {
 
 // One per rank; every rank calls the same methods at the same points of each step:
 //   beginStep → [broadcastDue → writeBroadcast, comm broadcast, readBroadcast] → compute →
-//   writeTail → allreduce(gradients + tail) → readTail → observe → stopRequested
+//   for each bucket: writeTail → allreduce(bucket + tail) → readTail → observe → stopRequested
+// (one bucket: the whole gradient buffer and its own tail; collective/gradient_buckets.h).
 class ConfigSync {
  public:
   using Clock = std::chrono::steady_clock;
@@ -157,11 +162,16 @@ class ConfigSync {
                       std::span<uint8_t, kSyncWordBytes> word);
   // Every rank after the broadcast: a newer configuration applies now, before this allreduce.
   std::optional<Switch> readBroadcast(uint64_t step, std::span<const uint8_t, kSyncWordBytes> word);
-  // Before the allreduce: zeros on every rank but 0, which (collecting decisions when `collect`)
-  // writes its word. `tail` is the gradient buffer's last kSyncWordFloats floats.
+  // Before each bucket's allreduce: zeros on every rank but 0, which (collecting decisions when
+  // `collect`) writes its word. `tail` is the bucket's kSyncWordFloats tail floats.
   void writeTail(uint64_t step, bool collect, Clock::time_point now, std::span<float> tail);
-  // After the allreduce: stages a newer configuration for the next step, takes delivery and stop.
-  void readTail(std::span<const float> tail);
+  // After each bucket's allreduce: takes delivery and stop, and a newer configuration. With
+  // `more_buckets` (buckets of this step remain) one that changes the topology alone applies now,
+  // for the remaining buckets, and is returned; anything else is staged for the next step. Pinning
+  // waits for a step boundary: it moves threads and migrates the model's pages (mbind), which
+  // inside the allreduce would stall this rank's peers, and the controller judges a pinning move
+  // by whole steps run under it.
+  std::optional<Switch> readTail(std::span<const float> tail, bool more_buckets = false);
   // A finished step's times; rank 0's averages choose the delivery and space the broadcasts.
   void observe(double step_seconds, double allreduce_seconds);
 
@@ -188,7 +198,6 @@ class ConfigSync {
   ConfigWord config_;
   std::optional<Decision> pending_;   // rank 0: collected, not yet applied
   std::optional<ConfigWord> staged_;  // from the last allreduce, applied at the next step
-  uint64_t collected_step_ = ~uint64_t{0};
   uint64_t next_sync_step_ = 0;
   bool broadcast_mode_;
   bool stop_ = false;

@@ -178,6 +178,9 @@ TEST(Options, RejectsBadCombinationsWithOneLine) {
       {"--checkpoint-every", "5"},
       {"--backend", "mpi"},
       {"--sync", "sometimes"},
+      {"--allreduce-buckets", "0"},
+      {"--allreduce-buckets", "9"},
+      {"--backend", "nccl", "--allreduce-buckets", "2"},
       {"--steps"},
       // What --backend nccl cannot honour: Gloo's topologies, the draws that switch them, a
       // fixed algorithm under the controller, NUMA placement of a model in GPU memory, ibverbs.

@@ -100,6 +100,68 @@ TEST_P(SwitchPath, RanksStayBitIdenticalAcrossRandomTopologyAndPinningSwitches) 
   for (int r = 1; r < 4; ++r) EXPECT_EQ(applied[r], applied[0]) << "rank " << r;
 }
 
+// The gradient allreduce in 4 buckets (a model of 300k parameters): a drawn topology with the
+// same pinning applies inside the step, after the first bucket, on every rank at the same bucket;
+// one that changes pinning at the next step. Parameters stay bit-identical across ranks.
+TEST(TrainE2E, MidStepTopologySwitchesAtABucketBoundaryKeepRanksBitIdentical) {
+  ChildProcess p(cmd({"--ranks",
+                      "4",
+                      "--steps",
+                      "80",
+                      "--model",
+                      "mlp:512x2",
+                      "--switch-every",
+                      "4",
+                      "--switch-seed",
+                      "3",
+                      "--node-of",
+                      "0,0,1,1",
+                      "--collector",
+                      "none",
+                      "--sync",
+                      "tail",
+                      "--allreduce-buckets",
+                      "4",
+                      "--eval-every",
+                      "0"}));
+  ASSERT_EQ(p.exitCode(90s), 0) << p.err;
+  EXPECT_NE(p.out.find("allreduce in 4 buckets"), std::string::npos) << p.out;
+  auto hashes = finalHashes(p.out);
+  ASSERT_EQ(hashes.size(), 4u) << p.out;
+  for (auto& [rank, h] : hashes) EXPECT_EQ(h, hashes[0]) << "rank " << rank;
+  // rank -> epoch -> (step, bucket), and how many switches changed pinning.
+  std::map<int, std::map<uint64_t, std::pair<uint64_t, int>>> at;
+  std::map<std::string, int> kinds;
+  std::string pinning = "none";
+  std::regex re(
+      R"(rank (\d+): applied epoch (\d+) at step (\d+): topology \S+ pinning (\S+) at \d+ ns)"
+      R"((?: \(arrived \d+ ns\))?( mid-step, after bucket (\d+) of 4)?)");
+  for (std::sregex_iterator it(p.out.begin(), p.out.end(), re), end; it != end; ++it) {
+    const int rank = std::stoi((*it)[1]);
+    const uint64_t epoch = std::stoull((*it)[2]), step = std::stoull((*it)[3]);
+    const int bucket = (*it)[5].matched ? std::stoi((*it)[6]) : 0;
+    at[rank][epoch] = {step, bucket};
+    if (rank != 0) continue;
+    const bool pin_changed = (*it)[4] != pinning;
+    pinning = (*it)[4];
+    // Drawn at step 4k's first bucket: pinning alike applies after it, else at step 4k + 1.
+    if (pin_changed) {
+      EXPECT_EQ(bucket, 0) << "epoch " << epoch;
+      EXPECT_EQ(step % 4, 1u) << "epoch " << epoch;
+      ++kinds["next step"];
+    } else {
+      EXPECT_EQ(bucket, 1) << "epoch " << epoch;
+      EXPECT_EQ(step % 4, 0u) << "epoch " << epoch;
+      ++kinds["mid-step"];
+    }
+  }
+  ASSERT_EQ(at.size(), 4u) << p.out;
+  EXPECT_EQ(at[0].size(), 19u) << p.out;  // draws at steps 4..76
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(at[r], at[0]) << "rank " << r;
+  EXPECT_GT(kinds["mid-step"], 0) << p.out;
+  EXPECT_GT(kinds["next step"], 0) << p.out;
+}
+
 // --duration: rank 0's clock decides, every rank stops after the same step (same parameters).
 TEST(TrainE2E, DurationStopsEveryRankAfterTheSameStep) {
   ChildProcess p(cmd({"--ranks", "4", "--duration", "1.5", "--steps", "100000000", "--collector",

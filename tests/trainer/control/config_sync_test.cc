@@ -145,15 +145,19 @@ Decision decision(uint64_t epoch, Topology t = Topology::kBcube, PinMode p = Pin
   return {{epoch, t, p}, arrival_ns};
 }
 
-// N ranks running the trainer's step sequence; records what each rank observed.
+// N ranks running the trainer's step sequence, the allreduce in `buckets` buckets; records what
+// each rank observed.
 class World {
  public:
-  World(int n, SyncOptions options, ConfigWord initial = {}) {
+  World(int n, SyncOptions options, ConfigWord initial = {}, size_t buckets = 1)
+      : buckets_(buckets) {
     for (int r = 0; r < n; ++r) {
       options.rank = r;
       syncs_.emplace_back(options, initial);
     }
     applied_.resize(size_t(n));
+    applied_bucket_.resize(size_t(n));
+    used_buckets_.resize(size_t(n));
     broadcasts_.resize(size_t(n));
     stopped_after_.resize(size_t(n));
     arrivals_.resize(size_t(n));
@@ -184,15 +188,19 @@ class World {
       }
     }
     for (size_t r = 0; r < syncs_.size(); ++r) used_[r][step] = syncs_[r].config();
-    // The gradient tails, summed across ranks (the allreduce).
-    std::vector<Tail> tails(syncs_.size(), Tail{});
-    for (size_t r = 0; r < syncs_.size(); ++r)
-      syncs_[r].writeTail(step, collect, clock(r), tails[r]);
-    Tail sum{};
-    for (const Tail& t : tails)
-      for (size_t i = 0; i < kSyncWordFloats; ++i) sum[i] += t[i];
+    for (size_t b = 0; b < buckets_; ++b) {
+      for (size_t r = 0; r < syncs_.size(); ++r) used_buckets_[r][{step, b}] = syncs_[r].config();
+      // The bucket's tails, summed across ranks (its allreduce).
+      std::vector<Tail> tails(syncs_.size(), Tail{});
+      for (size_t r = 0; r < syncs_.size(); ++r)
+        syncs_[r].writeTail(step, collect, clock(r), tails[r]);
+      Tail sum{};
+      for (const Tail& t : tails)
+        for (size_t i = 0; i < kSyncWordFloats; ++i) sum[i] += t[i];
+      for (size_t r = 0; r < syncs_.size(); ++r)
+        if (auto s = syncs_[r].readTail(sum, b + 1 < buckets_)) record(r, *s, step, b + 1);
+    }
     for (size_t r = 0; r < syncs_.size(); ++r) {
-      syncs_[r].readTail(sum);
       syncs_[r].observe(step_s, allreduce_s);
       if (syncs_[r].stopRequested() && !stopped_after_[r]) stopped_after_[r] = step;
     }
@@ -200,6 +208,14 @@ class World {
 
   // rank -> epoch -> step it was applied at
   const std::map<uint64_t, uint64_t>& applied(int r) const { return applied_[size_t(r)]; }
+  // rank -> epoch -> buckets of its step done before it applied (0: at the step's start)
+  const std::map<uint64_t, size_t>& appliedBucket(int r) const {
+    return applied_bucket_[size_t(r)];
+  }
+  // (step, bucket) -> the configuration that bucket's allreduce ran with
+  const std::map<std::pair<uint64_t, size_t>, ConfigWord>& usedBuckets(int r) const {
+    return used_buckets_[size_t(r)];
+  }
   const std::vector<uint64_t>& broadcasts(int r) const { return broadcasts_[size_t(r)]; }
   std::optional<uint64_t> stoppedAfter(int r) const { return stopped_after_[size_t(r)]; }
   // step -> the configuration that step's allreduce ran with
@@ -209,20 +225,26 @@ class World {
   void expectRanksAgree() const {
     for (int r = 1; r < size(); ++r) {
       EXPECT_EQ(applied(r), applied(0)) << "rank " << r;
+      EXPECT_EQ(appliedBucket(r), appliedBucket(0)) << "rank " << r;
+      EXPECT_EQ(usedBuckets(r), usedBuckets(0)) << "rank " << r;
       EXPECT_EQ(syncs_[size_t(r)].config(), syncs_[0].config()) << "rank " << r;
       EXPECT_EQ(broadcasts(r), broadcasts(0)) << "rank " << r;
     }
   }
 
  private:
-  void record(size_t r, const Switch& s, uint64_t step) {
+  void record(size_t r, const Switch& s, uint64_t step, size_t bucket = 0) {
     EXPECT_GT(s.to.epoch, s.from.epoch);
     EXPECT_TRUE(applied_[r].emplace(s.to.epoch, step).second)
         << "rank " << r << " applied epoch " << s.to.epoch << " twice";
+    applied_bucket_[r][s.to.epoch] = bucket;
     arrivals_[r][s.to.epoch] = s.arrival_ns;
   }
+  size_t buckets_;
   std::vector<ConfigSync> syncs_;
   std::vector<std::map<uint64_t, uint64_t>> applied_;
+  std::vector<std::map<uint64_t, size_t>> applied_bucket_;
+  std::vector<std::map<std::pair<uint64_t, size_t>, ConfigWord>> used_buckets_;
   std::vector<std::vector<uint64_t>> broadcasts_;
   std::vector<std::optional<uint64_t>> stopped_after_;
   std::vector<std::map<uint64_t, uint64_t>> arrivals_;
@@ -250,6 +272,54 @@ TEST(ConfigSync, TailDecisionAppliesAtTheNextStepOnEveryRank) {
   EXPECT_EQ(w.arrival(2, 1), 0u);
   EXPECT_FALSE(w.rank(0).broadcastMode());
   EXPECT_TRUE(w.broadcasts(0).empty());
+}
+
+// Buckets: a decision that changes the topology alone, read after one bucket, runs the step's
+// remaining buckets on every rank; one that also changes pinning waits for the next step; one
+// read after the last bucket applies at the next step.
+TEST(ConfigSync, TopologyDecisionAppliesAtTheNextBucketPinningAtTheNextStep) {
+  World w(4, adaptive(), {}, 4);
+  ScriptedSource src;  // polled at every bucket: the decision is taken at its step's first
+  src.script[10] = decision(1, Topology::kHierarchical, PinMode::kNone, 777);
+  src.script[20] = decision(2, Topology::kRing, PinMode::kCompact);
+  w.rank(0).addSource(src);
+  for (uint64_t s = 0; s < 30; ++s) w.step(s, Clock::now());
+  w.expectRanksAgree();
+  EXPECT_EQ(w.applied(0), (std::map<uint64_t, uint64_t>{{1, 10}, {2, 21}}));
+  EXPECT_EQ(w.appliedBucket(0), (std::map<uint64_t, size_t>{{1, 1}, {2, 0}}));
+  for (int r = 0; r < 4; ++r) {
+    const auto& used = w.usedBuckets(r);
+    EXPECT_EQ(used.at({10, 0}).topology, Topology::kRing) << "rank " << r;
+    for (size_t b = 1; b < 4; ++b)
+      EXPECT_EQ(used.at({10, b}).topology, Topology::kHierarchical) << "rank " << r << " " << b;
+    for (size_t b = 0; b < 4; ++b) {
+      EXPECT_EQ(used.at({20, b}).pinning, PinMode::kNone) << "rank " << r << " bucket " << b;
+      EXPECT_EQ(used.at({21, b}), (ConfigWord{2, Topology::kRing, PinMode::kCompact}));
+    }
+  }
+  EXPECT_EQ(w.arrival(0, 1), 777u);
+  EXPECT_EQ(src.polls[10], 4) << "polled at every bucket";
+  EXPECT_EQ(w.rank(0).staleDecisions(), 3u + 3u) << "the script's repeats within a step";
+}
+
+// A decision rank 0 collects for the last bucket's tail applies at the start of the next step (no
+// bucket of this step remains to switch).
+TEST(ConfigSync, ADecisionInTheLastBucketAppliesAtTheNextStep) {
+  World w(3, adaptive(), {}, 4);
+  // Arrives at the given poll (4 per step): poll 4*5+3 is step 5's last bucket.
+  struct AtPoll : DecisionSource {
+    std::optional<Decision> poll(uint64_t, uint64_t) override {
+      return n++ == 4 * 5 + 3 ? std::optional(decision(1, Topology::kBcube, PinMode::kNone))
+                              : std::nullopt;
+    }
+    int n = 0;
+  } src;
+  w.rank(0).addSource(src);
+  for (uint64_t s = 0; s < 8; ++s) w.step(s, Clock::now());
+  w.expectRanksAgree();
+  EXPECT_EQ(w.applied(0), (std::map<uint64_t, uint64_t>{{1, 6}}));
+  EXPECT_EQ(w.appliedBucket(0), (std::map<uint64_t, size_t>{{1, 0}}));
+  EXPECT_EQ(w.usedBuckets(1).at({6, 0}).topology, Topology::kBcube);
 }
 
 TEST(ConfigSync, OnlyRankZeroTakesDecisions) {
@@ -481,14 +551,14 @@ TEST(ConfigSync, NewestPendingDecisionWins) {
   EXPECT_EQ(w.rank(1).config().topology, Topology::kHierarchical);
 }
 
-// Broadcast boundaries and the tail both collect; the sources are polled once per step, and not
-// at all in an --overhead-ab off block (collect = false), where no broadcast runs either.
-TEST(ConfigSync, DecisionsAreCollectedOncePerStepAndNotInOffBlocks) {
-  World w(2, adaptive(Delivery::kBroadcast));
+// Broadcast boundaries and every bucket's tail collect; the sources are polled at each of them,
+// and not at all in an --overhead-ab off block (collect = false), where no broadcast runs either.
+TEST(ConfigSync, DecisionsAreCollectedAtEverySyncPointAndNotInOffBlocks) {
+  World w(2, adaptive(Delivery::kBroadcast), {}, 3);
   ScriptedSource src;
   w.rank(0).addSource(src);
   for (uint64_t s = 0; s < 10; ++s) w.step(s, Clock::now(), 1.0, 0.5, /*collect=*/s < 5);
-  for (uint64_t s = 0; s < 5; ++s) EXPECT_EQ(src.polls[s], 1) << "step " << s;
+  for (uint64_t s = 0; s < 5; ++s) EXPECT_EQ(src.polls[s], 1 + 3) << "step " << s;
   for (uint64_t s = 5; s < 10; ++s) EXPECT_EQ(src.polls.count(s), 0u) << "step " << s;
   EXPECT_EQ(w.broadcasts(0), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
 }
