@@ -115,6 +115,15 @@ class RdmaGuestTest : public ::testing::Test {
     }
     return {};
   }
+  // The total of a work-request series of job "manual": `rank`, `source`, and `op` unless empty;
+  // -1 without the series.
+  double total(const std::string& metric, const std::string& rank, const std::string& op,
+               const std::string& source) {
+    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", source}};
+    if (!op.empty()) want["op"] = op;
+    auto s = series(metric, want);
+    return s.name.empty() ? -1.0 : s.total;
+  }
   // What a counter of rxe DEVICE port 1 counted since the baseline; -1 without the series.
   double counted(const std::string& metric, const std::string& device) {
     auto s = series(metric, {{"device", device}, {"port", "1"}});
@@ -387,10 +396,7 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
   ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
   auto total = [&](const std::string& metric, const std::string& rank, const std::string& op,
                    const std::string& source = "gloo") {
-    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", source}};
-    if (!op.empty()) want["op"] = op;
-    auto s = series(metric, want);
-    return s.name.empty() ? -1.0 : s.total;
+    return RdmaGuestTest::total(metric, rank, op, source);
   };
   EXPECT_EQ(total("bpftrain_rdma_work_requests", "0", "write"), kWrites) << out;
   EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "write"), kWrites);
@@ -476,10 +482,7 @@ TEST_F(RdmaGuestTest, RdmaRxeByKprobesCountsTheWritesAProgramPostedToo) {
   const std::string out = finishPosts(run);
   ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
   auto total = [&](const std::string& metric, const std::string& rank, const std::string& op) {
-    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", "rxe"}};
-    if (!op.empty()) want["op"] = op;
-    auto s = series(metric, want);
-    return s.name.empty() ? -1.0 : s.total;
+    return RdmaGuestTest::total(metric, rank, op, "rxe");
   };
   EXPECT_EQ(total("bpftrain_rdma_work_requests", "0", "write"), kWrites) << out;
   EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "write"), kWrites);
@@ -511,13 +514,6 @@ TEST_F(RdmaGuestTest, AutoSourcesCountAGlooProgramOnRxeOnceFromTheKernel) {
   const std::string out = finishPosts(run);
   ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
   poll();  // the step after: the source gauge for both ranks
-  auto total = [&](const std::string& metric, const std::string& rank, const std::string& op,
-                   const std::string& source) {
-    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", source}};
-    if (!op.empty()) want["op"] = op;
-    auto s = series(metric, want);
-    return s.name.empty() ? -1.0 : s.total;
-  };
   EXPECT_EQ(total("bpftrain_rdma_work_requests", "0", "write", "rxe"), kWrites) << out;
   EXPECT_EQ(total("bpftrain_rdma_work_completions", "0", "write", "rxe"), kWrites);
   EXPECT_EQ(total("bpftrain_rdma_work_completions", "1", "recv", "rxe"), kWrites);
@@ -579,10 +575,7 @@ TEST_F(RdmaGuestTest, RdmaRxeCountsABystandersWorkRequestsForNoRank) {
   std::string out = finishPosts(target);
   ASSERT_EQ(out.substr(0, 3), "ok\n") << out;
   auto total = [&](const std::string& metric, const std::string& rank, const std::string& op) {
-    std::map<std::string, std::string> want{{"job", "manual"}, {"rank", rank}, {"source", "rxe"}};
-    if (!op.empty()) want["op"] = op;
-    auto s = series(metric, want);
-    return s.name.empty() ? -1.0 : s.total;
+    return RdmaGuestTest::total(metric, rank, op, "rxe");
   };
   ASSERT_EQ(total("bpftrain_rdma_work_requests", "0", "write"), kWrites) << out;
   for (int i = 0; i < kBystanders; ++i) {
