@@ -408,8 +408,11 @@ int run(int argc, char** argv) {
 #endif
       PrivilegeDrop drop;
       if (geteuid() != 0) user.clear();  // not root: reduce the capabilities only
-      if (!dropPrivileges(user, probes_up ? capabilitiesForProbes() : std::vector<int>{}, drop,
-                          error)) {
+      std::vector<int> keep = probes_up ? capabilitiesForProbes() : std::vector<int>{};
+      if (cfg.discover)  // ranks of other users: their /proc/PID/environ
+        for (int cap : capabilitiesForDiscovery())
+          if (std::find(keep.begin(), keep.end(), cap) == keep.end()) keep.push_back(cap);
+      if (!dropPrivileges(user, keep, drop, error)) {
         std::fprintf(stderr, "bpftrain-collector: %s\n", error.c_str());
         return 1;
       }

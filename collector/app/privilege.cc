@@ -25,6 +25,8 @@ const char* capName(int cap) {
       return "cap_perfmon";
     case CAP_SYS_PTRACE:
       return "cap_sys_ptrace";
+    case CAP_DAC_READ_SEARCH:
+      return "cap_dac_read_search";
     default:
       return "cap_?";
   }
@@ -41,6 +43,10 @@ bool lookUp(const std::string& user, passwd& pw, std::string& buf) {
 }  // namespace
 
 std::vector<int> capabilitiesForProbes() { return {kCapBpf, kCapPerfmon, CAP_SYS_PTRACE}; }
+
+// /proc/PID/environ is mode 0400, owned by the process's user: opening another user's needs
+// CAP_DAC_READ_SEARCH before the ptrace check (CAP_SYS_PTRACE) lets it be read.
+std::vector<int> capabilitiesForDiscovery() { return {CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH}; }
 
 bool userExists(const std::string& user) {
   passwd pw{};

@@ -16,6 +16,8 @@ namespace bpftrain::collector::app {
 
 // Capability numbers (linux/capability.h) kept when the BPF probes are up.
 std::vector<int> capabilitiesForProbes();
+// Kept with --discover: reading the environment of ranks that run as another user.
+std::vector<int> capabilitiesForDiscovery();
 
 struct PrivilegeDrop {
   bool dropped_user = false;  // setuid/setgid happened

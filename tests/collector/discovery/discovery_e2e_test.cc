@@ -74,9 +74,12 @@ TEST(DiscoveryE2e, TorchrunAndMpirunRanksFoundLabelledAndDropped) {
   ASSERT_FALSE(out.path().empty());
 
   // Series expire 1 s after their last sample (expiry scans every step): drops show in seconds.
-  CollectorProcess collector({"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--discover",
-                              "--series-ttl", "1s", "--window", "2s", "--step", "250ms"},
-                             20s);
+  // --user nobody: as an installed collector runs (its bpftrain user), not root, so the ranks'
+  // /proc/PID/environ (0400, root's here) is read with the capabilities the drop keeps.
+  CollectorProcess collector(
+      {"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--discover", "--series-ttl", "1s",
+       "--window", "2s", "--step", "250ms", "--user", "nobody"},
+      20s);
   ASSERT_GT(collector.metrics_port, 0) << collector.proc->err;
   ASSERT_TRUE(collector.proc->waitFor("rank discovery on", 5s)) << collector.proc->err;
 
