@@ -221,7 +221,8 @@ TEST(Soak, CollectorMemorySeriesAndSendersStayFlatWhileJobsComeAndGo) {
   // Bounds: the live set is ~kSenderIdleS jobs of 50 senders and ~kTtlS jobs of series, so
   // anything that grows with the number of jobs seen would break these within a minute.
   EXPECT_LT(rss_drift, 0.10);
-  // Open fds: no growth from the first third of the flat part to the last. Not a range: the
+  // Open fds: no growth from the first third of the flat part to the last, by their medians (a
+  // transient fd falls in either third: a 10-minute run had 145 only in the last). Not a range: the
   // sampled BPF run statistics hold one more fd 1 s in every 30 s, so single samples read +1 or
   // -2 around the usual count (30 min, 2026-12-03: 144 in 158 samples, 145 in 7, 142 in 15).
   {
@@ -231,8 +232,6 @@ TEST(Soak, CollectorMemorySeriesAndSendersStayFlatWhileJobsComeAndGo) {
       first.push_back(double(late[i].fds));
       last.push_back(double(late[late.size() - 1 - i].fds));
     }
-    EXPECT_LE(*std::max_element(last.begin(), last.end()),
-              *std::max_element(first.begin(), first.end()));
     std::sort(first.begin(), first.end());
     std::sort(last.begin(), last.end());
     EXPECT_LE(last[last.size() / 2], first[first.size() / 2]) << "open fds grew";
