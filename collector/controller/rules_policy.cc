@@ -324,6 +324,14 @@ void RulesPolicy::climb(Decision& d, Signal signal, int wanted, int link, const 
   d.detail = why;
   trigger_link_ = link;
   hidden_trigger_ = false;
+  // A climb right after a step down ends a failed probe: its time is what the next bet risks.
+  // Any other climb leaves a rung whose calm level is what a re-probe may win back.
+  const bool ends_probe = last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
+                          now_ns - last_descent_ns_ < config_.failed_descent_window.count();
+  if (ends_probe)
+    failed_probe_cost_ns_ = now_ns - last_descent_ns_;
+  else if (calm_samples_ > 0)
+    left_calm_samples_ = calm_samples_;
   if (last_descent_ns_ >= 0) {
     if (now_ns - last_descent_ns_ < config_.failed_descent_window.count()) {
       cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
@@ -412,8 +420,14 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
                     f.allreduce_share >= calm_share_ + config_.slowdown_share_rise;
   if (!slow) {
     slow_since_ns_ = -1;
-  } else if (slow_since_ns_ < 0) {
-    slow_since_ns_ = now_ns;
+    slow_sum_ = 0;
+    slow_n_ = 0;
+  } else {
+    if (slow_since_ns_ < 0) slow_since_ns_ = now_ns;
+    if (f.samples_per_s > 0) {
+      slow_sum_ += f.samples_per_s;
+      ++slow_n_;
+    }
   }
   // (Not while a pinning signal holds: its cost is judged against the level before it.)
   if (wanted <= level && f.samples_per_s_window > 0 && !slow && pin_since_ns_ < 0) {
@@ -471,10 +485,13 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   // probe_loss, whatever the transport signals say (a clear link is no proof the lower rung is
   // faster: on a busy host hierarchical can beat the ring with nothing congested).
   std::string slower_why;
+  double slower_loss = 0;  // the share of throughput the failed step down gave up
   if (const std::optional<TrialResult> r = measureTrial(descent_trial_, f, current, now_ns);
-      r && r->after < (1 - config_.probe_loss) * r->before)
+      r && r->after < (1 - config_.probe_loss) * r->before) {
     slower_why = fmt("samples/s %.0f on the lower rung against %.0f before the step down", r->after,
                      r->before);
+    slower_loss = 1 - r->after / r->before;
+  }
   // The slowdown probe's verdict: the higher rung must run faster than the slow one it left.
   std::string ascent_why;
   bool ascent_failed = false;
@@ -503,6 +520,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.to.topology = descent_trial_from_;
     d.reason = "probe_slower";
     d.detail = slower_why;
+    if (last_descent_ns_ >= 0)
+      failed_probe_cost_ns_ = int64_t(double(now_ns - last_descent_ns_) * slower_loss);
     cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
     reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
     d.detail += fmt("; next probe after %.0fs (cooldown %.0fs)", double(reprobe_ns_) * 1e-9,
@@ -521,7 +540,12 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
         fmt(", allreduce share %.2f against %.2f calm, for ", f.allreduce_share, calm_share_) +
         fmt("%.1fs with no link signal: trying the next rung (kept if %.0f%% faster)",
             double(now_ns - slow_since_ns_) * 1e-9, config_.slowdown_gain * 100);
-    ascent_trial_ = DescentTrial{topologyAt(level + 1), now_ns, samples_ewma_};
+    // Judged against the slow level itself: the smoothed one still carries the calm steps
+    // before the slowdown (netlab's uplink phase: 345 against a slow ring's 290-304 samples/s,
+    // which failed a hierarchical that ran 342).
+    const double slow_level = slow_n_ > 0 ? slow_sum_ / slow_n_ : samples_ewma_;
+    d.detail += fmt("; the slow level %.0f samples/s", slow_level, 0);
+    ascent_trial_ = DescentTrial{topologyAt(level + 1), now_ns, slow_level};
     ascent_from_ = current.topology;
   } else if (dwell_ok && clear_since_ns_ >= 0 && now_ns - clear_since_ns_ >= hold) {
     d.change = true;
@@ -531,8 +555,9 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.detail = clear_why + fmt(" for %.1fs (hold %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
                                double(hold) * 1e-9);
     last_descent_ns_ = now_ns;
-  } else if (dwell_ok && (by_link || hidden_trigger_) && level > 0 && signal != Signal::kSevere &&
-             !still_congested && now_ns - on_rung_since_ns_ >= reprobe_ns_) {
+  } else if (std::string reprobe_why; dwell_ok && (by_link || hidden_trigger_) && level > 0 &&
+                                      signal != Signal::kSevere && !still_congested &&
+                                      now_ns - on_rung_since_ns_ >= reprobeWaitNs(reprobe_why)) {
     // No verdict on the causing link from up here: try the lower rung; its own signals decide
     // within a second or two whether to climb back.
     d.change = true;
@@ -540,9 +565,9 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.reason = "reprobe";
     startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
     d.detail = std::string(trigger_link_ >= 0 ? triggerName(trigger_link_) : "the slowdown") +
-               fmt(" cannot be judged on this rung; probing the lower one after %.0fs (every "
-                   "%.0fs)",
-                   double(now_ns - on_rung_since_ns_) * 1e-9, double(reprobe_ns_) * 1e-9);
+               fmt(" cannot be judged on this rung; probing the lower one after %.0fs",
+                   double(now_ns - on_rung_since_ns_) * 1e-9, 0) +
+               " (" + reprobe_why + ")";
     last_descent_ns_ = now_ns;
   }
 
@@ -624,6 +649,25 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   return d;
 }
 
+int64_t RulesPolicy::reprobeWaitNs(std::string& why) const {
+  const double cost_s = double(failed_probe_cost_ns_ >= 0 ? failed_probe_cost_ns_
+                                                          : config_.reprobe_cost_guess.count()) *
+                        1e-9;
+  const int64_t max_ns = config_.max_reprobe_after.count();
+  int64_t wait_ns = reprobe_ns_;
+  if (left_calm_samples_ > 0 && samples_ewma_ > 0) {
+    const double advantage = left_calm_samples_ / samples_ewma_ - 1;
+    const double payback_s = advantage > 0 ? config_.reprobe_payback * cost_s / advantage : 1e9;
+    wait_ns = std::clamp(std::max(wait_ns, int64_t(payback_s * 1e9)), reprobe_ns_,
+                         std::max(reprobe_ns_, max_ns));
+    why = fmt("every %.0fs: it ran %+.0f%% calm, ", double(wait_ns) * 1e-9, advantage * 100) +
+          fmt("a failed probe costs %.1fs", cost_s, 0);
+  } else {
+    why = fmt("every %.0fs", double(wait_ns) * 1e-9, 0);
+  }
+  return wait_ns;
+}
+
 void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int64_t now_ns) {
   const int level = levelOf(current.topology);
   if (d.change && d.to == current) d.change = false;
@@ -639,6 +683,8 @@ void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int
       // probe, the slow level is the lower rung's calm one (rebuilt from the next steps).
       calm_share_ = -1;
       slow_since_ns_ = -1;
+      slow_sum_ = 0;
+      slow_n_ = 0;
     }
     last_switch_ns_ = now_ns;
     react_looks_ = 0;

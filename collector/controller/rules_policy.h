@@ -118,6 +118,18 @@ struct RulesConfig {
   std::chrono::nanoseconds clear_hold = std::chrono::seconds(2);
   std::chrono::nanoseconds reprobe_after = std::chrono::seconds(8);
   std::chrono::nanoseconds max_reprobe_after = std::chrono::seconds(32);
+  // A re-probe is a bet: if the cause has cleared the lower rung wins back its calm advantage
+  // (its calm samples/s before the climb against this rung's now), if not the probe costs the
+  // time until the climb back. So the lower rung is re-probed no sooner than that advantage,
+  // earned over the wait, repays `reprobe_payback` failed probes: wait >= payback x cost /
+  // advantage (within reprobe_after..max_reprobe_after). The cost is the last failed re-probe's
+  // time from the step down to the climb back (the whole time counted as lost), before any
+  // failed probe `reprobe_cost_guess`. On netlab's four-phase scenario (quiet host, 2026-12-04)
+  // a failed re-probe of the ring under throttled lo took 1.0 s to decide and 1.6-1.8 s of
+  // steps, and hierarchical ran 0.90-0.97x the ring in clear phases: re-probing every 8 s spent
+  // ~8% of the congested phase on the throttled ring to win back ~5% only once it lifted.
+  double reprobe_payback = 1.0;
+  std::chrono::nanoseconds reprobe_cost_guess = std::chrono::milliseconds(1500);
   // A move up may follow a move down this soon (a failed probe must end quickly); any other
   // move waits min_dwell.
   std::chrono::nanoseconds escalate_dwell = std::chrono::seconds(1);
@@ -322,6 +334,15 @@ class RulesPolicy final : public Policy {
                            // smoothed samples/s while not congested
   int trigger_link_ = -1;  // the link class whose signal made the last step up (-1: none)
   int64_t reprobe_ns_ = -1;  // the current re-probe interval (reprobe_after, doubled on failure)
+  // The wait before re-probing the lower rung: reprobe_ns_, or longer while what the lower rung
+  // could win back does not repay a failed probe (RulesConfig::reprobe_payback). Sets `why`.
+  int64_t reprobeWaitNs(std::string& why) const;
+  double left_calm_samples_ = -1;      // the calm samples/s of the rung left by the last climb
+  int64_t failed_probe_cost_ns_ = -1;  // the last failed re-probe: step down to climb back
+  // The slow level of a slowdown: the mean of its readings (the trial's "before"; the smoothed
+  // level still carries the calm steps before it).
+  double slow_sum_ = 0;
+  int slow_n_ = 0;
   int64_t on_rung_since_ns_ = -1;  // when the current rung was entered (re-probe clock)
 };
 

@@ -346,6 +346,53 @@ TEST(RulesPolicy, ASlowdownTheLinksDoNotShowTriesTheNextRungAndKeepsItWhenFaster
   EXPECT_LE(sw.back().t, 80.0 + 32.5);
 }
 
+// A slowdown probe is judged against the slow level, not a smoothed one that still carries the
+// calm steps before it: netlab's uplink phase sent a hierarchical running 342 samples/s back to a
+// ring that ran 290-304, because the ring's "before" read 345.
+TEST(RulesPolicy, ASlowdownProbeIsJudgedAgainstTheSlowLevelNotTheCalmBeforeIt) {
+  RulesPolicy p;
+  auto sw = runOnArm(p, 60, [](double t, const Arm& a) {
+    JobState j = linkModel(t >= 20 ? Phase::kUplinkHidden : Phase::kClear, a);
+    if (t >= 20) j.samples_per_s_per_rank = a.topology == Topology::kRing ? 300 : 330;
+    return j;
+  });
+  ASSERT_GE(sw.size(), 1u);
+  EXPECT_EQ(sw[0].reason, "slowdown");
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  for (const Switch& s : sw) EXPECT_NE(s.reason, "probe_slower") << "at " << s.t;
+}
+
+// Re-probes are a bet whose stake is a failed probe's time and whose win is what the lower rung
+// ran faster when calm. Hierarchical nearly as fast as the calm ring: the ring is re-probed only
+// after the longest wait; far slower: after the shortest, as before.
+TEST(RulesPolicy, TheLowerRungIsReprobedOnceWhatItCanWinBackRepaysAFailedProbe) {
+  const auto reprobes = [](double hierarchical_per_rank) {
+    RulesPolicy p;
+    std::vector<Switch> out;
+    for (const Switch& s : runOnArm(p, 100, [&](double t, const Arm&a) {
+           JobState j = linkModel(t >= 20 ? Phase::kIntraHostCongested : Phase::kClear, a);
+           if (a.topology == Topology::kHierarchical)
+             j.samples_per_s_per_rank = hierarchical_per_rank;
+           return j;
+         }))
+      if (s.reason == "reprobe" || s.to.topology == Topology::kHierarchical) out.push_back(s);
+    return out;
+  };
+  // 500 calm on the ring against 480 on hierarchical: +4%, which repays a 1.5 s probe after 36 s.
+  const auto close = reprobes(480);
+  ASSERT_GE(close.size(), 2u);
+  EXPECT_EQ(close[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(close[1].reason, "reprobe");
+  EXPECT_GE(close[1].t - close[0].t, 32.0) << "max_reprobe_after";
+  EXPECT_LE(close[1].t - close[0].t, 33.0);
+  // 500 against 250: +100%, repaid after 1.5 s; the 8 s floor decides.
+  const auto far = reprobes(250);
+  ASSERT_GE(far.size(), 2u);
+  EXPECT_EQ(far[1].reason, "reprobe");
+  EXPECT_GE(far[1].t - far[0].t, 8.0);
+  EXPECT_LE(far[1].t - far[0].t, 9.0);
+}
+
 // The same slowdown where the next rung is no faster: one probe, back within seconds, and the
 // next only after the backed-off wait (20 s, then 40, 80): a budget, not a flap.
 TEST(RulesPolicy, ASlowdownProbeThatIsNoFasterStepsBackAndBacksOff) {
@@ -390,7 +437,8 @@ TEST(RulesPolicy, ACpuSlowdownIsNoReasonToChangeTopology) {
 // clear but its throughput lower, and climbs back (probe_slower) rather than staying.
 TEST(RulesPolicy, AProbeThatRunsSlowerClimbsBackWhateverTheLinksSay) {
   RulesPolicy p;
-  auto sw = runOnArm(p, 80, [](double t, const Arm& a) {
+  // (Hierarchical outruns the ring's calm level here, so the ring is re-probed only every 32 s.)
+  auto sw = runOnArm(p, 90, [](double t, const Arm& a) {
     JobState j = linkModel(t >= 10 && t < 30 ? Phase::kIntraHostCongested : Phase::kClear, a);
     if (a.topology != Topology::kRing) j.samples_per_s_per_rank = 900;
     return j;
