@@ -110,6 +110,10 @@ int BPF_PROG(on_tcp_probe, struct sock* sk) {
   s->bytes_in_flight = tp->snd_nxt - tp->snd_una;
   s->send_queue = tp->write_seq - tp->snd_una;
   s->srtt_us = tp->srtt_us >> 3;
+  s->rate_delivered = tp->rate_delivered;
+  s->rate_interval_us = tp->rate_interval_us;
+  s->mss = tp->mss_cache;
+  s->app_limited = BPF_CORE_READ_BITFIELD(tp, rate_app_limited);
   // The link: which addresses the socket joins (user space maps the peer to a node).
   const struct sock_common* skc = &sk->__sk_common;
   s->family = BPF_CORE_READ(skc, skc_family);

@@ -1,4 +1,5 @@
-/* TCP transport of target processes: queue depth (bytes in flight), smoothed RTT, retransmits. */
+/* TCP transport of target processes: queue depth (bytes in flight), smoothed RTT, delivery rate,
+ * retransmits. */
 #ifndef BPFTRAIN_BPF_TCP_H
 #define BPFTRAIN_BPF_TCP_H
 
@@ -20,6 +21,14 @@ struct tcp_sample {
   __u32 bytes_in_flight; /* snd_nxt - snd_una: sent, not yet acknowledged */
   __u32 send_queue;      /* write_seq - snd_una: written by the application, not yet acknowledged */
   __u32 srtt_us;
+  /* The kernel's last delivery-rate sample (tcp_rate.c): rate_delivered segments of mss bytes
+   * acknowledged over rate_interval_us. With app_limited 0 the sender had data to send, so it is
+   * what the path carried: a throttled link shows here when its RTT does not (BBR keeps the
+   * bottleneck queue short). rate_interval_us 0: no sample yet. */
+  __u32 rate_delivered;
+  __u32 rate_interval_us;
+  __u32 mss;
+  __u32 app_limited;
   __u16 family; /* AF_INET (2) or AF_INET6 (10) */
   __u16 dport;  /* host byte order */
   __u8 saddr[16];

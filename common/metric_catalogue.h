@@ -43,6 +43,9 @@ inline constexpr double kRttSecondsBuckets[] = {1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e
 // Socket bytes: 0 (idle), then powers of 4 from 1 KiB to 64 MiB (a full tcp_wmem).
 inline constexpr double kSocketBytesBuckets[] = {0,      1024,    4096,    16384,    65536,
                                                  262144, 1048576, 4194304, 16777216, 67108864};
+// TCP delivery rate: 1-2-5 from 1 MB/s to 100 GB/s (a slow WAN path to loopback at full speed).
+inline constexpr double kDeliveryRateBuckets[] = {1e6, 2e6, 5e6, 1e7, 2e7,  5e7,  1e8,  2e8,
+                                                  5e8, 1e9, 2e9, 5e9, 1e10, 2e10, 5e10, 1e11};
 // RDMA work requests outstanding: 0, then powers of 2 to 1024 (a deep send queue).
 inline constexpr double kWorkRequestBuckets[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 // Controller decision to every rank applying it: 1-2-5 from 10 ms (one fast step) to 50 s.
@@ -214,6 +217,12 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
   X(kTransportRttSeconds, "bpftrain_transport_rtt_seconds", kDistribution, "seconds",              \
     "job rank transport link peer_node", "tp_btf tcp:tcp_probe", "Smoothed RTT of a rank's TCP connections, per link: same_host or other_host, and peer node", \
     kRttSecondsBuckets)                                                                            \
+  X(kTransportDeliveryRate, "bpftrain_transport_delivery_rate_bytes_per_second", kDistribution,    \
+    "bytes/s", "job rank transport link peer_node", "tp_btf tcp:tcp_probe",                       \
+    "What a rank's TCP connections delivered while the sender was not application-limited (the "  \
+    "kernel's delivery-rate sample: rate_delivered x mss / rate_interval_us), per link: the "      \
+    "path's rate, which a throttled link lowers when its RTT does not move (BBR)",                 \
+    kDeliveryRateBuckets)                                                                          \
   X(kTransportRetransmits, "bpftrain_transport_retransmits", kCounter, "segments",                 \
     "job rank transport", "tp_btf tcp:tcp_retransmit_skb", "Retransmitted segments of a rank")      \
   X(kTransportSamples, "bpftrain_transport_samples", kCounter, "samples", "job rank transport",    \

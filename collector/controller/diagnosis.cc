@@ -1,5 +1,6 @@
 #include "collector/controller/diagnosis.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace bpftrain::collector::controller {
@@ -22,18 +23,27 @@ bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out) const {
     const double limit =
         Link(l) == Link::kSameHost ? config_.same_host_rtt_p50_s : config_.other_host_rtt_p50_s;
     // How far over its thresholds the class is; the worst class is the diagnosis.
-    const double excess = std::max(ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s);
+    // The delivery rate shows a throttled link whose RTT does not move (BBR).
+    const double delivery =
+        ls.delivery_ratio > 0 ? config_.delivery_drop_fraction / ls.delivery_ratio : 0;
+    const double excess =
+        std::max({ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s, delivery});
     if (excess < 1 || excess <= worst_excess) continue;
     worst_excess = excess;
     out.cause = "congested_link";
     out.rank = -1;
     out.link = std::string(linkName(Link(l)));
-    if (Link(l) == Link::kOtherHost && !ls.worst_peer_node.empty())
-      out.link += ":" + ls.worst_peer_node;
+    const std::string& peer = delivery >= excess && !ls.delivery_peer_node.empty()
+                                  ? ls.delivery_peer_node
+                                  : ls.worst_peer_node;
+    if (Link(l) == Link::kOtherHost && !peer.empty()) out.link += ":" + peer;
     out.detail = (Link(l) == Link::kSameHost ? std::string("same-host links")
-                                             : "the inter-host link to " + ls.worst_peer_node) +
+                                             : "the inter-host link to " + peer) +
                  sentence(": RTT p50 %.1f ms, jitter %.1f ms (worst rank %.0f)", ls.rtt_p50_s * 1e3,
                           ls.rtt_jitter_s * 1e3, double(ls.worst_rank));
+    if (ls.delivery_ratio > 0)
+      out.detail += sentence(", delivery rate %.2f Gbit/s, %.2fx its level",
+                             ls.delivery_bytes_per_s * 8e-9, ls.delivery_ratio);
   }
   return worst_excess > 0;
 }

@@ -175,6 +175,16 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
         ls.seen = f.has_links = true;
         ls.queued_bytes_p99 = std::max(ls.queued_bytes_p99, quantile(s, 0.99));
       }
+    } else if (name == m::kTransportDeliveryRate.name && s.count >= kMinDeliverySamples) {
+      if (std::optional<Link> l = linkOf(s)) {
+        LinkSignals& ls = f.links[int(*l)];
+        const double p50 = quantile(s, 0.5);
+        if (p50 > 0 && (ls.delivery_bytes_per_s <= 0 || p50 < ls.delivery_bytes_per_s)) {
+          ls.delivery_bytes_per_s = p50;
+          const std::string* peer = label(s, "peer_node");
+          ls.delivery_peer_node = peer != nullptr ? *peer : "";
+        }
+      }
     } else if (name == m::kTransportOutstandingWorkRequests.name && fresh) {
       f.has_transport = true;
       f.outstanding_work_requests_p99 =
@@ -277,6 +287,19 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
   }
   if (f.epoch_min != f.epoch_max) f.config_consistent = false;
 
+  for (int l = 0; l < kLinkCount; ++l) {
+    LinkSignals& ls = f.links[l];
+    double& ref = ls.delivery_reference_bytes_per_s;
+    if (previous != nullptr) ref = previous->links[l].delivery_reference_bytes_per_s;
+    const double rate = ls.delivery_bytes_per_s;
+    if (rate <= 0) continue;
+    if (ref > 0) ls.delivery_ratio = rate / ref;
+    if (ref <= 0)
+      ref = rate;
+    else if (ls.delivery_ratio >= kDeliveryLearnFraction)
+      ref += kDeliveryReferenceAlpha * (rate - ref);
+  }
+
   if (busbw_n > 0) {
     f.busbw = busbw_sum / busbw_n;
     f.busbw_window = busbw_window_sum / busbw_n;
@@ -322,12 +345,16 @@ nlohmann::json featuresJson(const Features& f) {
     for (int l = 0; l < kLinkCount; ++l) {
       const LinkSignals& ls = f.links[l];
       if (!ls.seen) continue;
-      links[std::string(linkName(Link(l)))] = {{"rtt_p50_s", ls.rtt_p50_s},
-                                               {"rtt_jitter_s", ls.rtt_jitter_s},
-                                               {"queued_bytes_p99", ls.queued_bytes_p99},
-                                               {"samples", ls.samples},
-                                               {"worst_peer_node", ls.worst_peer_node},
-                                               {"worst_rank", ls.worst_rank}};
+      links[std::string(linkName(Link(l)))] = {
+          {"rtt_p50_s", ls.rtt_p50_s},
+          {"rtt_jitter_s", ls.rtt_jitter_s},
+          {"queued_bytes_p99", ls.queued_bytes_p99},
+          {"samples", ls.samples},
+          {"delivery_bytes_per_s", ls.delivery_bytes_per_s},
+          {"delivery_reference_bytes_per_s", ls.delivery_reference_bytes_per_s},
+          {"delivery_ratio", ls.delivery_ratio},
+          {"worst_peer_node", ls.worst_peer_node},
+          {"worst_rank", ls.worst_rank}};
     }
     j["links"] = links;
   }

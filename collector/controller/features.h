@@ -39,7 +39,23 @@ struct LinkSignals {
   double queued_bytes_p99 = 0;
   std::string worst_peer_node;  // the peer node of the series with the highest RTT median
   int worst_rank = -1;          // and its rank
+  // Delivery rate (not application-limited): the lowest median among the class's series with
+  // kMinDeliverySamples in the window, 0 without one. The reference is the class's own level
+  // learned while it was not far below it (carried from the previous features); the ratio is
+  // rate / reference, 0 while either is unknown. A throttled link lowers it whatever topology
+  // runs: on netlab host1's uplink at 2 Gbit/s moved the ring's other_host median from 7-17 to
+  // 1.7-2.0 Gbit/s and hierarchical's leaders' from 9-12 to 1.6-3.3, with its RTT unmoved.
+  double delivery_bytes_per_s = 0;
+  double delivery_reference_bytes_per_s = 0;
+  double delivery_ratio = 0;
+  std::string delivery_peer_node;  // the peer node of the series with the lowest delivery rate
 };
+// Delivery-rate samples a series needs in a window to say anything about its link.
+inline constexpr uint64_t kMinDeliverySamples = 5;
+// The reference follows a class's delivery rate only while it is at least this fraction of it
+// (so a throttled link does not become the new normal), by kDeliveryReferenceAlpha per window.
+inline constexpr double kDeliveryLearnFraction = 0.6;
+inline constexpr double kDeliveryReferenceAlpha = 0.1;
 
 struct RdmaSignals {
   bool seen = false;  // any verbs-probe or port-counter series in the window

@@ -72,6 +72,10 @@ RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::
     why = fmt("rtt_p50=%.4fs >= %.4fs", v.rtt_p50_s, v.rtt_p50_high_s);
     return Signal::kCongested;
   }
+  if (v.delivery_ratio > 0 && v.delivery_ratio <= c.delivery_drop_fraction) {
+    why = fmt("delivery rate %.2fx its level <= %.2fx", v.delivery_ratio, c.delivery_drop_fraction);
+    return Signal::kCongested;
+  }
   // No bandwidth test here: a rung's bandwidth swings with CPU load on a shared host (the demo
   // saw hierarchical at 0.75x its congested-phase best after the congestion lifted). A false
   // all-clear costs one retry of the lower rung, and failed retries back off (decide()).
@@ -79,9 +83,11 @@ RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::
   // they sit near the low threshold congested or not (8.29 MB in the demo's clear phase): only
   // RTT needs to fall below its low thresholds; queue depth must merely not signal congestion.
   if (v.queued_bytes_p99 < c.queued_bytes_high && v.rtt_jitter_s < c.rtt_jitter_low_s &&
-      v.rtt_p50_s < v.rtt_p50_low_s) {
+      v.rtt_p50_s < v.rtt_p50_low_s &&
+      (v.delivery_ratio <= 0 || v.delivery_ratio >= c.delivery_clear_fraction)) {
     why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", v.rtt_p50_s,
               v.rtt_jitter_s);
+    if (v.delivery_ratio > 0) why += fmt(", delivery rate %.2fx its level", v.delivery_ratio, 0);
     return Signal::kClear;
   }
   why = "between thresholds";
@@ -143,9 +149,12 @@ std::string_view RulesPolicy::triggerName(int link) {
 
 RulesPolicy::TransportView RulesPolicy::viewOf(const LinkSignals& ls, Link link) const {
   const bool same = link == Link::kSameHost;
-  return {ls.queued_bytes_p99, ls.rtt_jitter_s, ls.rtt_p50_s,
+  return {ls.queued_bytes_p99,
+          ls.rtt_jitter_s,
+          ls.rtt_p50_s,
           same ? config_.same_host_rtt_p50_high_s : config_.other_host_rtt_p50_high_s,
-          same ? config_.same_host_rtt_p50_low_s : config_.other_host_rtt_p50_low_s};
+          same ? config_.same_host_rtt_p50_low_s : config_.other_host_rtt_p50_low_s,
+          ls.delivery_ratio};
 }
 
 RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, int* link) const {
@@ -300,7 +309,12 @@ double RulesPolicy::excess(const Features& f, int link) const {
   if (link < 0 || !f.has_links) return 0;
   const LinkSignals& ls = f.links[size_t(link)];
   const TransportView v = viewOf(ls, Link(link));
-  return ls.seen && v.rtt_p50_high_s > 0 ? v.rtt_p50_s / v.rtt_p50_high_s : 0;
+  if (!ls.seen) return 0;
+  const double rtt = v.rtt_p50_high_s > 0 ? v.rtt_p50_s / v.rtt_p50_high_s : 0;
+  // A delivery rate at a fifth of its level is 2x past a 0.4 threshold.
+  const double delivery =
+      v.delivery_ratio > 0 ? config_.delivery_drop_fraction / v.delivery_ratio : 0;
+  return std::max(rtt, delivery);
 }
 
 bool RulesPolicy::settlingAfterDescent(int64_t now_ns) const {

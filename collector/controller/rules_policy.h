@@ -48,6 +48,14 @@ struct RulesConfig {
   double same_host_rtt_p50_low_s = 0.0035;
   double other_host_rtt_p50_high_s = 0.005;
   double other_host_rtt_p50_low_s = 0.0035;
+  // A link class's delivery rate (not application-limited) against its own learned level
+  // (LinkSignals::delivery_ratio): congested at or below delivery_drop_fraction, clear again at
+  // or above delivery_clear_fraction. On netlab (quiet host, 2026-12-04, `ss -ti` every 0.2 s in
+  // both hosts, 3 s bins): the ring's other_host median 7-17 Gbit/s unshaped and 1.7-2.0 with
+  // host1's uplink at 2 Gbit/s (ratio <= 0.28); hierarchical's 9-12 and 1.6-3.3. Unshaped bins
+  // dipped to half the typical level.
+  double delivery_drop_fraction = 0.4;
+  double delivery_clear_fraction = 0.6;
   // RDMA, judged as one more link class while the verbs probes see the job's work requests.
   // Measured on numalab's rxe link (4 ranks, two per rxe device, --node-of 0,0,1,1; netem delay
   // on both ends of the veth; --features-log; 3 boots, the first window of each run dropped):
@@ -242,6 +250,7 @@ class RulesPolicy final : public Policy {
   struct TransportView {
     double queued_bytes_p99, rtt_jitter_s, rtt_p50_s;
     double rtt_p50_high_s, rtt_p50_low_s;  // the link class's thresholds
+    double delivery_ratio = 0;             // 0: unknown (LinkSignals::delivery_ratio)
   };
   TransportView viewOf(const LinkSignals& ls, Link link) const;
   Signal classifyTransport(const TransportView& v, std::string& why) const;

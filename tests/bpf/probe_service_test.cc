@@ -451,6 +451,48 @@ struct Listener {
   uint16_t port = 0;
 };
 
+// The delivery rate is what the path carried while the sender had data: an unpaced sender into a
+// reader that keeps up (loopback at memory speed) against one into a reader taking 8 MB/s, whose
+// receive window throttles it (window-limited, not application-limited: its samples count).
+TEST_F(ProbeServiceTest, DeliveryRateShowsWhatThePathCarries) {
+  constexpr int64_t kFastBytes = 256 << 20, kSlowBytes = 6 << 20;
+  constexpr auto kUnpaced = std::chrono::microseconds(0);
+  Listener fast_listener(0), slow_listener(64 << 10);
+  const uint16_t fast_port = fast_listener.port, slow_port = slow_listener.port;
+  Child fast([] {}, [=] { return tests::bpf::tcpSend(fast_port, kFastBytes, kUnpaced); });
+  Child slow([] {}, [=] { return tests::bpf::tcpSend(slow_port, kSlowBytes, kUnpaced); });
+  ASSERT_TRUE(fast.ready(5s) && slow.ready(5s));
+  ProbeOptions options;
+  options.pids = {fast.pid(), slow.pid()};  // rank 0 fast, rank 1 slow
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  int64_t sent = 0;
+  fast.go();
+  EXPECT_EQ(fast_listener.drain(false), kFastBytes);
+  ASSERT_TRUE(fast.result(sent, 30s));
+  slow.go();
+  EXPECT_EQ(slow_listener.drain(true), kSlowBytes);
+  ASSERT_TRUE(slow.result(sent, 30s));
+  service->poll(registry_, monotonicNowNs());
+  auto get = [&](const char* rank) {
+    return series("bpftrain_transport_delivery_rate_bytes_per_second",
+                  {{"job", "manual"}, {"rank", rank}, {"transport", "tcp"}, {"link", "same_host"}});
+  };
+  const auto fast_rate = get("0"), slow_rate = get("1");
+  std::printf("delivery rate: fast %lu samples p50 %.3g B/s, slow %lu samples p50 %.3g B/s\n",
+              static_cast<unsigned long>(fast_rate.count), quantile(fast_rate, 0.5),
+              static_cast<unsigned long>(slow_rate.count), quantile(slow_rate, 0.5));
+  // Measured: slow 4.5e7 B/s over 45 samples (a rate sample spans the bursts the reader's window
+  // lets out: above its 8 MB/s, far below loopback's), fast 1.2-1.3e10 over 1-4 samples (its
+  // reader keeps up, so most of its samples are application-limited and left out).
+  ASSERT_GE(slow_rate.count, 10u);
+  EXPECT_GT(quantile(slow_rate, 0.5), 1e6);
+  EXPECT_LT(quantile(slow_rate, 0.5), 5e8) << "the reader takes 8 MB/s";
+  if (fast_rate.count > 0) {
+    EXPECT_GT(quantile(fast_rate, 0.5), 20 * quantile(slow_rate, 0.5));
+  }
+}
+
 TEST_F(ProbeServiceTest, SlowReaderQueueDepthClearlyAboveFastReader) {
   // The same application-limited sender (64 KiB per ms, ~64 MB/s) into a reader that keeps up
   // and into one that takes 8 MB/s: the slow reader's socket queues up to the send buffer.

@@ -1,6 +1,7 @@
 // tcp: the TCP transport of target processes. Counters for retransmits and samples taken; a ring
 // buffer of per-socket samples (at most one per socket per sample interval, a rodata setting)
-// that become the queued-bytes, in-flight-bytes and RTT distributions, per rank and per link:
+// that become the queued-bytes, in-flight-bytes, RTT and delivery-rate distributions, per rank and
+// per link:
 // `link` says whether the peer is on the same host or another one, `peer_node` which host. Its
 // lost events: ring records it could not deliver, and sends on sockets whose owner storage the
 // kernel could not allocate.
@@ -28,13 +29,18 @@ class Object final : public RingProbeObject<tcp_sample, 1> {
     const LinkAddress dst = LinkAddress::of(sample.family, sample.daddr);
     book_.learn(src, own);
     const LinkBook::Peer peer = book_.classify(src, dst, own);
-    std::array<window::SeriesId, 3>& ids = seriesFor(sample.slot, peer);
+    std::array<window::SeriesId, 4>& ids = seriesFor(sample.slot, peer);
     // Queued bytes are what the application wrote and the peer has not acknowledged (SIOCOUTQ).
     // Bytes in flight alone fall when the receiver is slow (its window closes), so they are kept
     // as their own series.
     sink().record(ids[0], sample.send_queue);
     sink().record(ids[1], sample.srtt_us * 1e-6);
     sink().record(ids[2], sample.bytes_in_flight);
+    // An application-limited sample says how fast the application wrote, not what the path
+    // carries (a ring's rank waiting for its neighbour's chunk): only the others count.
+    if (sample.app_limited == 0 && sample.rate_interval_us > 0)
+      sink().record(ids[3], double(sample.rate_delivered) * sample.mss * 1e6 /
+                                double(sample.rate_interval_us));
   }
 
   void forgetSlot(uint32_t slot) override {
@@ -44,7 +50,7 @@ class Object final : public RingProbeObject<tcp_sample, 1> {
 
  private:
   // The series of one (slot, link); created on the link's first sample (allocation only then).
-  std::array<window::SeriesId, 3>& seriesFor(uint32_t slot, const LinkBook::Peer& peer) {
+  std::array<window::SeriesId, 4>& seriesFor(uint32_t slot, const LinkBook::Peer& peer) {
     const uint64_t key = (uint64_t(slot) << 32) | peer.id;
     auto [it, created] = links_.try_emplace(key);
     if (created) {
@@ -52,13 +58,14 @@ class Object final : public RingProbeObject<tcp_sample, 1> {
           {"transport", "tcp"}, {"link", linkClassName(peer.link)}, {"peer_node", peer.node}};
       it->second = {sink().series(slot, metrics::kTransportQueuedBytes, labels),
                     sink().series(slot, metrics::kTransportRttSeconds, labels),
-                    sink().series(slot, metrics::kTransportInflightBytes, labels)};
+                    sink().series(slot, metrics::kTransportInflightBytes, labels),
+                    sink().series(slot, metrics::kTransportDeliveryRate, labels)};
     }
     return it->second;
   }
 
   LinkBook book_;
-  std::unordered_map<uint64_t, std::array<window::SeriesId, 3>> links_;
+  std::unordered_map<uint64_t, std::array<window::SeriesId, 4>> links_;
 };
 
 const ProbeDef kProbes[] = {

@@ -49,6 +49,23 @@ TEST(Diagnosis, NamesTheCongestedLinkClassAndPeer) {
 
 // Hierarchical's leaders keep the inter-host RTT at 6 ms: no congestion diagnosis from it; a
 // diagnosis made on the ring before the switch is carried, marked as such.
+// A throttled uplink whose RTT BBR keeps low: the delivery rate against its learned level names
+// it, with the peer whose delivery rate fell.
+TEST(Diagnosis, ADeliveryRateFarBelowItsLevelIsACongestedLink) {
+  Diagnoser d;
+  FeatureExtractor ex("j");
+  JobState j = ring();
+  j.other_host.delivery = 1.25e9;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(d.update(ex.update(snapshotsOf(j), i)).cause, "none");
+  j.other_host.delivery = 0.225e9;
+  d.update(ex.update(snapshotsOf(j), 10));
+  const Diagnosis& g = d.update(ex.update(snapshotsOf(j), 11));
+  EXPECT_EQ(g.cause, "congested_link");
+  EXPECT_EQ(g.link, "other_host:node1");
+  EXPECT_NE(g.detail.find("delivery rate 1.80 Gbit/s, 0.18x its level"), std::string::npos)
+      << g.detail;
+}
+
 TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
   Diagnoser fresh;
   JobState h;

@@ -79,9 +79,12 @@ JobState severe() {
 // messages show 6-18 ms). kUplinkCongested is an uplink throttled hard enough for the ring's
 // inter-host RTT to show it. kUplinkHidden is the 2 Gbit/s uplink as measured: the ring's
 // inter-host RTT median only 1.6-2.6 ms (under every threshold) while its allreduce share of the
-// step rose from 53-58% to 67-71% and hierarchical ran faster.
+// step rose from 53-58% to 67-71% and hierarchical ran faster. With `delivery`, the links also
+// carry delivery-rate samples (without, every sample was application-limited): what BBR's
+// short queues leave visible of the uplink, the other_host median from ~10 to ~1.8 Gbit/s on
+// either topology (netlab, `ss -ti`).
 enum class Phase { kClear, kIntraHostCongested, kUplinkCongested, kUplinkHidden };
-JobState linkModel(Phase phase, const Arm& arm) {
+JobState linkModel(Phase phase, const Arm& arm, bool delivery = false) {
   JobState j;
   const bool ring = arm.topology == Topology::kRing;
   // Throughput per rank: the ring fastest when clear, hierarchical unaffected by same-host
@@ -104,6 +107,10 @@ JobState linkModel(Phase phase, const Arm& arm) {
   } else {
     j.other_host = {phase == Phase::kUplinkCongested ? 9e-3 : 6e-3,
                     phase == Phase::kUplinkCongested ? 30e-3 : 14e-3, 7e6};
+  }
+  if (delivery) {
+    j.other_host.delivery = uplink ? 1.8e9 / 8 : 10e9 / 8;
+    if (ring) j.same_host.delivery = phase == Phase::kIntraHostCongested ? 0.5e9 / 8 : 20e9 / 8;
   }
   return j;
 }
@@ -391,6 +398,26 @@ TEST(RulesPolicy, TheLowerRungIsReprobedOnceWhatItCanWinBackRepaysAFailedProbe) 
   EXPECT_EQ(far[1].reason, "reprobe");
   EXPECT_GE(far[1].t - far[0].t, 8.0);
   EXPECT_LE(far[1].t - far[0].t, 9.0);
+}
+
+// The same uplink with delivery-rate samples: the link shows it (0.18x its level), so the ring
+// climbs on its first throttled step as for any congested link, not after the slowdown's hold,
+// and the cause is named: the inter-host link.
+TEST(RulesPolicy, AnUplinkTheRttDoesNotShowClimbsOnItsDeliveryRate) {
+  RulesPolicy p;
+  auto sw = runOnArm(p, 110, [](double t, const Arm& a) {
+    return linkModel(t >= 30 && t < 70 ? Phase::kUplinkHidden : Phase::kClear, a, true);
+  });
+  for (const Switch& s : sw)
+    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
+  ASSERT_GE(sw.size(), 2u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(sw[0].reason, "congestion");
+  EXPECT_GE(sw[0].t, 30.0);
+  EXPECT_LE(sw[0].t, 30.5);
+  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
+  EXPECT_GE(sw.back().t, 70.0);
+  EXPECT_LE(sw.back().t, 70.0 + 32.5);
 }
 
 // The same slowdown where the next rung is no faster: one probe, back within seconds, and the

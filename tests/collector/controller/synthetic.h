@@ -85,6 +85,7 @@ struct JobState {
   // traffic in the window.
   struct LinkState {
     double rtt_p50 = -1, rtt_p99 = 0, queued_bytes_p99 = 1e6;
+    double delivery = -1;  // bytes/s, median; < 0: no delivery-rate sample (application-limited)
     bool present() const { return rtt_p50 >= 0; }
   };
   LinkState same_host, other_host;
@@ -121,6 +122,9 @@ inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
         v.push_back(dist("bpftrain_transport_queued_bytes", l, ls.queued_bytes_p99 / 4,
                          ls.queued_bytes_p99));
         v.push_back(dist("bpftrain_transport_rtt_seconds", l, ls.rtt_p50, ls.rtt_p99));
+        if (ls.delivery > 0)
+          v.push_back(dist("bpftrain_transport_delivery_rate_bytes_per_second", l, ls.delivery,
+                           1.5 * ls.delivery));
       }
     } else if (j.has_transport) {
       auto l = jr(j.job, r);
