@@ -297,6 +297,14 @@ def transport_board():
     b.panel("Transport samples/s per rank", "Socket samples the tcp probe took",
             [target(f"sum by (rank) (rate(bpftrain_transport_samples_total{{{tcp}}}[{RI}]))",
                     "rank {{rank}}")])
+    b.panel("Delivery rate p50 per rank and peer node",
+            "What each rank's connections carried while the sender had data (the kernel's "
+            "delivery-rate samples, application-limited ones left out): a throttled link lowers "
+            "it where BBR keeps its RTT flat",
+            [target(f'8 * min by (rank, link, peer_node) '
+                    f'(bpftrain_transport_delivery_rate_bytes_per_second{{{tcp}, '
+                    f'quantile="0.5"}})', "rank {{rank}} {{link}} node {{peer_node}}")],
+            unit="bps")
     b.row("RDMA")
     rdma = JR + ', transport="rdma"'
     b.panel("Outstanding work requests p99",
