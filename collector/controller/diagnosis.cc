@@ -24,8 +24,10 @@ bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out) const {
         Link(l) == Link::kSameHost ? config_.same_host_rtt_p50_s : config_.other_host_rtt_p50_s;
     // How far over its thresholds the class is; the worst class is the diagnosis.
     // The delivery rate shows a throttled link whose RTT does not move (BBR).
-    const double delivery =
-        ls.delivery_ratio > 0 ? config_.delivery_drop_fraction / ls.delivery_ratio : 0;
+    // Inter-host links only, as the rules policy (RulesConfig::delivery_drop_fraction).
+    const double delivery = Link(l) == Link::kOtherHost && ls.delivery_ratio > 0
+                                ? config_.delivery_drop_fraction / ls.delivery_ratio
+                                : 0;
     const double excess =
         std::max({ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s, delivery});
     if (excess < 1 || excess <= worst_excess) continue;
@@ -41,7 +43,7 @@ bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out) const {
                                              : "the inter-host link to " + peer) +
                  sentence(": RTT p50 %.1f ms, jitter %.1f ms (worst rank %.0f)", ls.rtt_p50_s * 1e3,
                           ls.rtt_jitter_s * 1e3, double(ls.worst_rank));
-    if (ls.delivery_ratio > 0)
+    if (delivery > 0)
       out.detail += sentence(", delivery rate %.2f Gbit/s, %.2fx its level",
                              ls.delivery_bytes_per_s * 8e-9, ls.delivery_ratio);
   }

@@ -124,6 +124,7 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
   int busbw_n = 0;
   double local_faults = 0, remote_faults = 0;
   std::map<int, double> step_p50_by_rank;
+  std::array<std::map<std::string, double>, kLinkCount> delivery_by_peer;  // peer node -> rate
 
   for (const SeriesSnapshot& s : snapshots) {
     if (!forJob(s, job)) continue;
@@ -177,13 +178,9 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
       }
     } else if (name == m::kTransportDeliveryRate.name && s.count >= kMinDeliverySamples) {
       if (std::optional<Link> l = linkOf(s)) {
-        LinkSignals& ls = f.links[int(*l)];
-        const double p50 = quantile(s, 0.5);
-        if (p50 > 0 && (ls.delivery_bytes_per_s <= 0 || p50 < ls.delivery_bytes_per_s)) {
-          ls.delivery_bytes_per_s = p50;
-          const std::string* peer = label(s, "peer_node");
-          ls.delivery_peer_node = peer != nullptr ? *peer : "";
-        }
+        const std::string* peer = label(s, "peer_node");
+        double& best = delivery_by_peer[int(*l)][peer != nullptr ? *peer : ""];
+        best = std::max(best, quantile(s, 0.9));
       }
     } else if (name == m::kTransportOutstandingWorkRequests.name && fresh) {
       f.has_transport = true;
@@ -289,15 +286,29 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
 
   for (int l = 0; l < kLinkCount; ++l) {
     LinkSignals& ls = f.links[l];
-    double& ref = ls.delivery_reference_bytes_per_s;
-    if (previous != nullptr) ref = previous->links[l].delivery_reference_bytes_per_s;
+    for (const auto& [peer, rate] : delivery_by_peer[l]) {
+      if (rate <= 0 || (ls.delivery_bytes_per_s > 0 && rate >= ls.delivery_bytes_per_s)) continue;
+      ls.delivery_bytes_per_s = rate;
+      ls.delivery_peer_node = peer;
+    }
+    if (previous != nullptr) {
+      ls.delivery_history = previous->links[l].delivery_history;
+      ls.delivery_history_n = previous->links[l].delivery_history_n;
+    }
+    const uint32_t n = std::min<uint32_t>(ls.delivery_history_n, LinkSignals::kDeliveryHistory);
+    if (n >= kDeliveryMinHistory) {
+      std::array<float, LinkSignals::kDeliveryHistory> sorted = ls.delivery_history;
+      std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
+      ls.delivery_reference_bytes_per_s = sorted[n / 2];
+    }
     const double rate = ls.delivery_bytes_per_s;
     if (rate <= 0) continue;
+    const double ref = ls.delivery_reference_bytes_per_s;
     if (ref > 0) ls.delivery_ratio = rate / ref;
-    if (ref <= 0)
-      ref = rate;
-    else if (ls.delivery_ratio >= kDeliveryLearnFraction)
-      ref += kDeliveryReferenceAlpha * (rate - ref);
+    if (ref <= 0 || ls.delivery_ratio > kDeliveryDropFraction) {
+      ls.delivery_history[ls.delivery_history_n % LinkSignals::kDeliveryHistory] = float(rate);
+      ++ls.delivery_history_n;
+    }
   }
 
   if (busbw_n > 0) {

@@ -39,23 +39,28 @@ struct LinkSignals {
   double queued_bytes_p99 = 0;
   std::string worst_peer_node;  // the peer node of the series with the highest RTT median
   int worst_rank = -1;          // and its rank
-  // Delivery rate (not application-limited): the lowest median among the class's series with
-  // kMinDeliverySamples in the window, 0 without one. The reference is the class's own level
-  // learned while it was not far below it (carried from the previous features); the ratio is
-  // rate / reference, 0 while either is unknown. A throttled link lowers it whatever topology
-  // runs: on netlab host1's uplink at 2 Gbit/s moved the ring's other_host median from 7-17 to
-  // 1.7-2.0 Gbit/s and hierarchical's leaders' from 9-12 to 1.6-3.3, with its RTT unmoved.
+  // Delivery rate (not application-limited), the path's rate: per peer node the highest p90
+  // among the class's series with kMinDeliverySamples in the window (connections to one node
+  // share its path, and a connection carrying only small control messages reads low: on netlab a
+  // hierarchical job's non-leader ranks read 0.8 Gbit/s to the other host with nothing
+  // throttled), then the lowest over peer nodes; 0 without one. The reference is the median of
+  // the class's last kDeliveryHistory readings (not counting readings at or below
+  // kDeliveryDropFraction of it, so a throttled link does not become the level), known from
+  // kDeliveryMinHistory readings on; the ratio is rate / reference, 0 while either is unknown.
+  // A throttled link lowers it whatever topology runs: on netlab host1's uplink at 2 Gbit/s
+  // took hierarchical's other_host reading from 7-10 to 1.9-2.3 Gbit/s, with its RTT unmoved.
   double delivery_bytes_per_s = 0;
   double delivery_reference_bytes_per_s = 0;
   double delivery_ratio = 0;
-  std::string delivery_peer_node;  // the peer node of the series with the lowest delivery rate
+  std::string delivery_peer_node;  // the peer node whose reading is the class's
+  static constexpr size_t kDeliveryHistory = 32;
+  std::array<float, kDeliveryHistory> delivery_history{};  // bytes/s, a ring
+  uint32_t delivery_history_n = 0;                         // readings ever added
 };
 // Delivery-rate samples a series needs in a window to say anything about its link.
 inline constexpr uint64_t kMinDeliverySamples = 5;
-// The reference follows a class's delivery rate only while it is at least this fraction of it
-// (so a throttled link does not become the new normal), by kDeliveryReferenceAlpha per window.
-inline constexpr double kDeliveryLearnFraction = 0.6;
-inline constexpr double kDeliveryReferenceAlpha = 0.1;
+inline constexpr uint32_t kDeliveryMinHistory = 6;
+inline constexpr double kDeliveryDropFraction = 0.4;
 
 struct RdmaSignals {
   bool seen = false;  // any verbs-probe or port-counter series in the window

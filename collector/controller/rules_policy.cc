@@ -154,7 +154,7 @@ RulesPolicy::TransportView RulesPolicy::viewOf(const LinkSignals& ls, Link link)
           ls.rtt_p50_s,
           same ? config_.same_host_rtt_p50_high_s : config_.other_host_rtt_p50_high_s,
           same ? config_.same_host_rtt_p50_low_s : config_.other_host_rtt_p50_low_s,
-          ls.delivery_ratio};
+          same ? 0.0 : ls.delivery_ratio};
 }
 
 RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, int* link) const {
