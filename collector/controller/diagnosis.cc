@@ -28,8 +28,16 @@ bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out) const {
     const double delivery = Link(l) == Link::kOtherHost && ls.delivery_ratio > 0
                                 ? config_.delivery_drop_fraction / ls.delivery_ratio
                                 : 0;
-    const double excess =
-        std::max({ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s, delivery});
+    // An inter-host link that carries its usual rate is not the slow one, whatever its RTT: on
+    // the ring with lo throttled its RTT median rose to 8.6 ms (the ranks behind the throttled
+    // same-host hop answer late) at 0.74x its delivery level, and the diagnosis named it before
+    // the same-host links (the quiet four-phase run, 2026-12-04).
+    const bool carries_its_rate =
+        delivery > 0 && ls.delivery_ratio >= config_.delivery_clear_fraction;
+    const double rtt_excess =
+        carries_its_rate ? 0
+                         : std::max(ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s);
+    const double excess = std::max(rtt_excess, delivery);
     if (excess < 1 || excess <= worst_excess) continue;
     worst_excess = excess;
     out.cause = "congested_link";

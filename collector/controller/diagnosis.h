@@ -24,6 +24,7 @@ struct DiagnosisConfig {
   double other_host_rtt_p50_s = RulesConfig{}.other_host_rtt_p50_high_s;
   double rtt_jitter_s = RulesConfig{}.rtt_jitter_high_s;
   double delivery_drop_fraction = RulesConfig{}.delivery_drop_fraction;
+  double delivery_clear_fraction = RulesConfig{}.delivery_clear_fraction;
   // CPU contention: one rank's threads waiting this long per second for a CPU (run-queue wait,
   // summed over its threads). Task migrations are not the signal: clear phases showed 180-192
   // cpu+llc migrations/s, phases with competing busy loops 10-50/s (docs/controller.md).

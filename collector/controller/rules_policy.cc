@@ -338,10 +338,13 @@ void RulesPolicy::climb(Decision& d, Signal signal, int wanted, int link, const 
   d.detail = why;
   trigger_link_ = link;
   hidden_trigger_ = false;
-  // A climb right after a step down ends a failed probe: its time is what the next bet risks.
-  // Any other climb leaves a rung whose calm level is what a re-probe may win back.
+  // A climb within a step down's trial ends a failed probe: its time is what the next bet
+  // risks. Any other climb leaves a rung whose calm level is what a re-probe may win back (a
+  // step down that held 17 s through a clear phase was no 17 s probe).
+  const int64_t trial_ns =
+      (config_.probe_settle + config_.probe_measure + config_.escalate_dwell).count();
   const bool ends_probe = last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
-                          now_ns - last_descent_ns_ < config_.failed_descent_window.count();
+                          now_ns - last_descent_ns_ < trial_ns;
   if (ends_probe)
     failed_probe_cost_ns_ = now_ns - last_descent_ns_;
   else if (calm_samples_ > 0)

@@ -66,6 +66,24 @@ TEST(Diagnosis, ADeliveryRateFarBelowItsLevelIsACongestedLink) {
       << g.detail;
 }
 
+// Lo throttled on the ring: the inter-host hop waits on the throttled same-host one and its RTT
+// rises too (8.6 ms on netlab), but it still carries its usual rate; the same-host links are the
+// diagnosis.
+TEST(Diagnosis, AnInterHostLinkCarryingItsRateIsNotTheSlowOne) {
+  Diagnoser d;
+  FeatureExtractor ex("j");
+  JobState j = ring();
+  j.other_host.delivery = 1e9;
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(d.update(ex.update(snapshotsOf(j), i)).cause, "none");
+  j.same_host = {6e-3, 26e-3, 7e6};
+  j.other_host.rtt_p50 = 8.6e-3;
+  j.other_host.delivery = 0.74e9;
+  d.update(ex.update(snapshotsOf(j), 10));
+  const Diagnosis& g = d.update(ex.update(snapshotsOf(j), 11));
+  EXPECT_EQ(g.cause, "congested_link");
+  EXPECT_EQ(g.link, "same_host") << g.detail;
+}
+
 TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
   Diagnoser fresh;
   JobState h;
