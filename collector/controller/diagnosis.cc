@@ -14,7 +14,7 @@ std::string sentence(const char* format, double a, double b, double c = 0) {
 
 }  // namespace
 
-bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out) const {
+bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out, bool rtt_observable) const {
   if (!f.has_links) return false;
   double worst_excess = 0;
   for (int l = 0; l < kLinkCount; ++l) {
@@ -35,8 +35,9 @@ bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out) const {
     const bool carries_its_rate =
         delivery > 0 && ls.delivery_ratio >= config_.delivery_clear_fraction;
     const double rtt_excess =
-        carries_its_rate ? 0
-                         : std::max(ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s);
+        carries_its_rate || !rtt_observable
+            ? 0
+            : std::max(ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s);
     const double excess = std::max(rtt_excess, delivery);
     if (excess < 1 || excess <= worst_excess) continue;
     worst_excess = excess;
@@ -80,7 +81,12 @@ Diagnosis Diagnoser::raw(const Features& f) {
   const bool on_ring = f.topology == Topology::kRing && f.config_consistent;
   if (on_ring) {
     ring_link_ = Diagnosis{};
-    if (linkCongestion(f, ring_link_)) return ring_link_;
+    if (linkCongestion(f, ring_link_, true)) return ring_link_;
+  } else if (Diagnosis seen; f.config_consistent && linkCongestion(f, seen, false)) {
+    // An uplink throttled under hierarchical, or one the ring left too soon to be diagnosed
+    // there (the rules climbed 0.7 s after the four-phase run's uplink onset, on the delivery
+    // rate, and the diagnosis never named it).
+    return seen;
   } else if (ring_link_.cause != "none") {
     d = ring_link_;
     d.carried = true;

@@ -57,7 +57,10 @@ class Diagnoser {
   const Diagnosis& last() const { return last_; }
 
  private:
-  bool linkCongestion(const Features& f, Diagnosis& out) const;
+  // The worst link class over its thresholds. With rtt_observable false (any topology but the
+  // ring: its own traffic pattern moves RTT) only the inter-host delivery rate counts, which a
+  // throttled link lowers whatever runs over it.
+  bool linkCongestion(const Features& f, Diagnosis& out, bool rtt_observable) const;
   Diagnosis raw(const Features& f);
   DiagnosisConfig config_;
   Diagnosis last_;

@@ -84,6 +84,25 @@ TEST(Diagnosis, AnInterHostLinkCarryingItsRateIsNotTheSlowOne) {
   EXPECT_EQ(g.link, "same_host") << g.detail;
 }
 
+// On hierarchical the inter-host RTT is its leaders' own pattern, but the delivery rate still
+// shows a throttled uplink: named there too.
+TEST(Diagnosis, AThrottledUplinkIsNamedOnHierarchicalByItsDeliveryRate) {
+  Diagnoser d;
+  FeatureExtractor ex("j");
+  JobState j = ring();
+  j.other_host.delivery = 1e9;
+  for (int i = 0; i < 8; ++i) d.update(ex.update(snapshotsOf(j), i));
+  j.topology = int(Topology::kHierarchical);
+  j.same_host = {};
+  j.other_host.rtt_p50 = 6e-3;  // the leaders' large chunks, congested or not
+  EXPECT_EQ(settle(d, ex.update(snapshotsOf(j), 10)).cause, "none");
+  j.other_host.delivery = 0.2e9;
+  d.update(ex.update(snapshotsOf(j), 11));
+  const Diagnosis& g = d.update(ex.update(snapshotsOf(j), 12));
+  EXPECT_EQ(g.cause, "congested_link");
+  EXPECT_EQ(g.link, "other_host:node1") << g.detail;
+}
+
 TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
   Diagnoser fresh;
   JobState h;
