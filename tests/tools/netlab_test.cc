@@ -6,9 +6,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <thread>
 
 #include "tests/support/requirements.h"
 #include "tests/tools/netlab_util.h"
@@ -118,6 +121,15 @@ TEST_F(NetlabTest, RunPlaysTheScenarioAndCleansUpOnSigterm) {
              prefix_, "--", "bash", "-c", script});
   ASSERT_TRUE(run.waitForLine("SHAPED", 20s)) << run.output();
   EXPECT_EQ(namespacesWithPrefix(prefix_).size(), 3u);
+  // netlab logs a phase once its shapes are on, so the command can see the last shape a moment
+  // before its line is written (a CI rehearsal read 2 lines): wait for the line, with a deadline.
+  const auto phaseLines = [&] {
+    std::ifstream in(phases);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  for (const auto deadline = std::chrono::steady_clock::now() + 10s;
+       phaseLines() < 3 && std::chrono::steady_clock::now() < deadline;)
+    std::this_thread::sleep_for(20ms);
   pid_t cmd = 0;
   {
     auto p = run.output().find("pid ");
