@@ -47,19 +47,30 @@ TEST(Diagnosis, NamesTheCongestedLinkClassAndPeer) {
   EXPECT_EQ(settle(d2, featuresOf(k)).link, "same_host");
 }
 
-// Hierarchical's leaders keep the inter-host RTT at 6 ms: no congestion diagnosis from it; a
-// diagnosis made on the ring before the switch is carried, marked as such.
+// A healthy ring whose inter-host links carry 1e9 B/s (their p90 1.25e9, 10 Gbit/s, is the
+// reading) for long enough that the features know that level; then `held()` feeds the changed
+// state twice (the diagnosis's hold) and returns the diagnosis.
+struct DeliveryRing {
+  Diagnoser d;
+  FeatureExtractor ex{"j"};
+  JobState j = ring();
+  int64_t t = 0;
+  DeliveryRing() {
+    j.other_host.delivery = 1e9;
+    for (; t < 8; ++t) EXPECT_EQ(d.update(ex.update(snapshotsOf(j), t)).cause, "none");
+  }
+  const Diagnosis& held() {
+    d.update(ex.update(snapshotsOf(j), ++t));
+    return d.update(ex.update(snapshotsOf(j), ++t));
+  }
+};
+
 // A throttled uplink whose RTT BBR keeps low: the delivery rate against its learned level names
 // it, with the peer whose delivery rate fell.
 TEST(Diagnosis, ADeliveryRateFarBelowItsLevelIsACongestedLink) {
-  Diagnoser d;
-  FeatureExtractor ex("j");
-  JobState j = ring();
-  j.other_host.delivery = 1e9;  // its p90 1.25e9 (10 Gbit/s) is the reading
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(d.update(ex.update(snapshotsOf(j), i)).cause, "none");
-  j.other_host.delivery = 0.18e9;
-  d.update(ex.update(snapshotsOf(j), 10));
-  const Diagnosis& g = d.update(ex.update(snapshotsOf(j), 11));
+  DeliveryRing r;
+  r.j.other_host.delivery = 0.18e9;
+  const Diagnosis& g = r.held();
   EXPECT_EQ(g.cause, "congested_link");
   EXPECT_EQ(g.link, "other_host:node1");
   EXPECT_NE(g.detail.find("delivery rate 1.80 Gbit/s, 0.18x its level"), std::string::npos)
@@ -70,16 +81,11 @@ TEST(Diagnosis, ADeliveryRateFarBelowItsLevelIsACongestedLink) {
 // rises too (8.6 ms on netlab), but it still carries its usual rate; the same-host links are the
 // diagnosis.
 TEST(Diagnosis, AnInterHostLinkCarryingItsRateIsNotTheSlowOne) {
-  Diagnoser d;
-  FeatureExtractor ex("j");
-  JobState j = ring();
-  j.other_host.delivery = 1e9;
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(d.update(ex.update(snapshotsOf(j), i)).cause, "none");
-  j.same_host = {6e-3, 26e-3, 7e6};
-  j.other_host.rtt_p50 = 8.6e-3;
-  j.other_host.delivery = 0.74e9;
-  d.update(ex.update(snapshotsOf(j), 10));
-  const Diagnosis& g = d.update(ex.update(snapshotsOf(j), 11));
+  DeliveryRing r;
+  r.j.same_host = {6e-3, 26e-3, 7e6};
+  r.j.other_host.rtt_p50 = 8.6e-3;
+  r.j.other_host.delivery = 0.74e9;
+  const Diagnosis& g = r.held();
   EXPECT_EQ(g.cause, "congested_link");
   EXPECT_EQ(g.link, "same_host") << g.detail;
 }
@@ -87,22 +93,19 @@ TEST(Diagnosis, AnInterHostLinkCarryingItsRateIsNotTheSlowOne) {
 // On hierarchical the inter-host RTT is its leaders' own pattern, but the delivery rate still
 // shows a throttled uplink: named there too.
 TEST(Diagnosis, AThrottledUplinkIsNamedOnHierarchicalByItsDeliveryRate) {
-  Diagnoser d;
-  FeatureExtractor ex("j");
-  JobState j = ring();
-  j.other_host.delivery = 1e9;
-  for (int i = 0; i < 8; ++i) d.update(ex.update(snapshotsOf(j), i));
-  j.topology = int(Topology::kHierarchical);
-  j.same_host = {};
-  j.other_host.rtt_p50 = 6e-3;  // the leaders' large chunks, congested or not
-  EXPECT_EQ(settle(d, ex.update(snapshotsOf(j), 10)).cause, "none");
-  j.other_host.delivery = 0.2e9;
-  d.update(ex.update(snapshotsOf(j), 11));
-  const Diagnosis& g = d.update(ex.update(snapshotsOf(j), 12));
+  DeliveryRing r;
+  r.j.topology = int(Topology::kHierarchical);
+  r.j.same_host = {};
+  r.j.other_host.rtt_p50 = 6e-3;  // the leaders' large chunks, congested or not
+  EXPECT_EQ(r.held().cause, "none");
+  r.j.other_host.delivery = 0.2e9;
+  const Diagnosis& g = r.held();
   EXPECT_EQ(g.cause, "congested_link");
   EXPECT_EQ(g.link, "other_host:node1") << g.detail;
 }
 
+// Hierarchical's leaders keep the inter-host RTT at 6 ms: no congestion diagnosis from it; a
+// diagnosis made on the ring before the switch is carried, marked as such.
 TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
   Diagnoser fresh;
   JobState h;
