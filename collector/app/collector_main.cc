@@ -316,6 +316,7 @@ int run(int argc, char** argv) {
     cc.job = cfg.job;
     cc.decisions_log = cfg.decisions_log;
     cc.features_log = cfg.features_log;
+    cc.features_log_every = cfg.features_log_every;
     cc.window = cfg.controller_window;
     cc.react_window = cfg.controller_react_window;
     cc.writer = cfg.ingest_threads + 1;

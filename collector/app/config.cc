@@ -198,6 +198,14 @@ const std::map<std::string, Setting>& settings() {
           c.features_log = v;
           return {};
         }}},
+      {"features_log_every",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::string {
+          auto d = parseDuration(v);
+          if (!d || d->count() <= 0) return "expected a duration like 2s or 100ms" + got(v);
+          c.features_log_every = *d;
+          return {};
+        }}},
       {"all",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::string {
@@ -213,11 +221,14 @@ const std::map<std::string, Setting>& settings() {
         }}},
       {"rdma_rxe_attach",
        {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          if (v != "auto" && v != "kprobe") return "expected auto or kprobe" + got(v);
-          c.rdma_rxe_kprobes = v == "kprobe";
-          return {};
-        }}},
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           if (v != "auto" && v != "kprobe")
+                                                             return "expected auto or kprobe" +
+                                                                    got(v);
+                                                           c.rdma_rxe_kprobes = v == "kprobe";
+                                                           return {};
+                                                         }}},
       {"discover",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -597,6 +608,8 @@ const char* collectorUsage() {
          "  --job NAME             job to steer (default: the first job seen)\n"
          "  --decisions-log FILE   controller decisions as JSON lines\n"
          "  --features-log FILE    what the controller saw, a JSON line every 2 s\n"
+         "  --features-log-every D how often (2s; at or below --controller-period every look\n"
+         "                         between steps too: how a decision's signal built up)\n"
          "  --controller-window D  the window the controller reads (1s; Prometheus keeps "
          "--window)\n"
          "  --controller-period D  between steps, how often it looks for a decisive congestion\n"

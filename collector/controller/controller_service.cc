@@ -123,14 +123,8 @@ void ControllerService::onStep(const window::SeriesStore& store, int64_t now_ns)
   if (!f.has_steps) return;
   diagnose(f, now_ns);
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
-  // What the policy saw, every kFeaturesLogEvery steps: thresholds are calibrated from these.
-  if (features_log_.isOpen() && ++steps_seen_ % kFeaturesLogEvery == 0) {
-    nlohmann::json line = {{"job", f.job},
-                           {"arm", armName(current)},
-                           {"features", featuresJson(f)},
-                           {"wall_ns", realtimeNowNs()}};
-    features_log_.write(line);
-  }
+  ++steps_seen_;
+  logFeatures(f, current, "step", now_ns);
 
   if (pending_) {
     if (f.epoch_min >= 0 && uint64_t(f.epoch_min) >= pending_->epoch && f.config_consistent) {
@@ -187,7 +181,23 @@ void ControllerService::onTick(const window::SeriesStore& store, int64_t now_ns)
   const Features f = extractFeatures(snaps, extractor_->last().job, now_ns, &extractor_->last());
   if (!f.has_steps || f.checkpoint_active || !f.config_consistent) return;
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
+  logFeatures(f, current, "react", now_ns);
   act(f, current, policy_->react(f, current, now_ns), t0, now_ns);
+}
+
+void ControllerService::logFeatures(const Features& f, const Arm& current, const char* look,
+                                    int64_t now_ns) {
+  // What the policy saw: thresholds are calibrated from these.
+  if (!features_log_.isOpen() ||
+      (features_logged_ns_ >= 0 &&
+       now_ns - features_logged_ns_ < config_.features_log_every.count()))
+    return;
+  features_logged_ns_ = now_ns;
+  features_log_.write({{"job", f.job},
+                       {"arm", armName(current)},
+                       {"look", look},
+                       {"features", featuresJson(f)},
+                       {"wall_ns", realtimeNowNs()}});
 }
 
 void ControllerService::act(const Features& f, const Arm& current, const Decision& d,

@@ -32,8 +32,11 @@ struct ControllerConfig {
   std::string secret;
   std::string job;            // empty: the job seen in the store (the first, sorted)
   std::string decisions_log;  // JSON lines, appended; empty: none
-  // The features the policy saw, a JSON line every 2 s (threshold calibration); empty: none.
+  // The features the policy saw, a JSON line every features_log_every (threshold calibration);
+  // empty: none. At or below the period of the looks between steps every look is written too
+  // ("look": "react", with the react window's features): how a decision's signal built up.
   std::string features_log;
+  std::chrono::nanoseconds features_log_every = std::chrono::seconds(2);
   int writer = 0;  // the series store writer index reserved for the controller
   // How much recent data a decision reads (the store's full window when 0 or longer).
   std::chrono::nanoseconds window = std::chrono::seconds(1);
@@ -111,9 +114,11 @@ class ControllerService {
   ControllerStats stats_;
   Diagnoser diagnoser_;
   Diagnosis reported_;  // the diagnosis last exported and logged
-  static constexpr uint64_t kFeaturesLogEvery = 4;
   uint64_t steps_seen_ = 0;
   JsonLinesLog features_log_;
+  int64_t features_logged_ns_ = -1;  // the last features-log line (monotonic)
+  // A features-log line when features_log_every has passed since the last one.
+  void logFeatures(const Features& f, const Arm& current, const char* look, int64_t now_ns);
 };
 
 }  // namespace bpftrain::collector::controller

@@ -291,13 +291,12 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
       ls.delivery_bytes_per_s = rate;
       ls.delivery_peer_node = peer;
     }
-    if (previous != nullptr) {
-      ls.delivery_history = previous->links[l].delivery_history;
-      ls.delivery_history_n = previous->links[l].delivery_history_n;
-    }
-    const uint32_t n = std::min<uint32_t>(ls.delivery_history_n, LinkSignals::kDeliveryHistory);
+    if (previous != nullptr) ls.delivery_levels = previous->links[l].delivery_levels;
+    if (!f.topology) continue;
+    LinkSignals::DeliveryLevel& level = ls.delivery_levels[int(*f.topology)];
+    const uint32_t n = std::min<uint32_t>(level.n, LinkSignals::kDeliveryHistory);
     if (n >= kDeliveryMinHistory) {
-      std::array<float, LinkSignals::kDeliveryHistory> sorted = ls.delivery_history;
+      std::array<float, LinkSignals::kDeliveryHistory> sorted = level.history;
       std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
       ls.delivery_reference_bytes_per_s = sorted[n / 2];
     }
@@ -305,9 +304,9 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
     if (rate <= 0) continue;
     const double ref = ls.delivery_reference_bytes_per_s;
     if (ref > 0) ls.delivery_ratio = rate / ref;
-    if (ref <= 0 || ls.delivery_ratio > kDeliveryDropFraction) {
-      ls.delivery_history[ls.delivery_history_n % LinkSignals::kDeliveryHistory] = float(rate);
-      ++ls.delivery_history_n;
+    if (f.config_consistent && (ref <= 0 || ls.delivery_ratio > kDeliveryDropFraction)) {
+      level.history[level.n % LinkSignals::kDeliveryHistory] = float(rate);
+      ++level.n;
     }
   }
 

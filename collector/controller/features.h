@@ -44,18 +44,26 @@ struct LinkSignals {
   // share its path, and a connection carrying only small control messages reads low: on netlab a
   // hierarchical job's non-leader ranks read 0.8 Gbit/s to the other host with nothing
   // throttled), then the lowest over peer nodes; 0 without one. The reference is the median of
-  // the class's last kDeliveryHistory readings (not counting readings at or below
-  // kDeliveryDropFraction of it, so a throttled link does not become the level), known from
+  // the class's last kDeliveryHistory readings under the running topology (not counting
+  // readings at or below kDeliveryDropFraction of it, so a throttled link does not become the
+  // level; nor readings while the ranks disagree on the topology), known from
   // kDeliveryMinHistory readings on; the ratio is rate / reference, 0 while either is unknown.
-  // A throttled link lowers it whatever topology runs: on netlab host1's uplink at 2 Gbit/s
-  // took hierarchical's other_host reading from 7-10 to 1.9-2.3 Gbit/s, with its RTT unmoved.
+  // One level per topology: its traffic pattern sets what a connection carries (on netlab,
+  // nothing throttled, the ring's other_host read 4.7 GB/s and hierarchical's 2.1), so a
+  // rung is judged against what it carried itself, and a rung that never ran clear has no
+  // verdict. A throttled link lowers it whatever topology runs: on netlab host1's uplink at
+  // 2 Gbit/s took hierarchical's other_host reading from 7-10 to 1.9-2.3 Gbit/s, with its RTT
+  // unmoved.
   double delivery_bytes_per_s = 0;
   double delivery_reference_bytes_per_s = 0;
   double delivery_ratio = 0;
   std::string delivery_peer_node;  // the peer node whose reading is the class's
   static constexpr size_t kDeliveryHistory = 32;
-  std::array<float, kDeliveryHistory> delivery_history{};  // bytes/s, a ring
-  uint32_t delivery_history_n = 0;                         // readings ever added
+  struct DeliveryLevel {
+    std::array<float, kDeliveryHistory> history{};  // bytes/s, a ring
+    uint32_t n = 0;                                 // readings ever added
+  };
+  std::array<DeliveryLevel, kTopologyCount> delivery_levels{};  // by Topology
 };
 // Delivery-rate samples a series needs in a window to say anything about its link.
 inline constexpr uint64_t kMinDeliverySamples = 5;

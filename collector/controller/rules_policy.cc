@@ -82,12 +82,25 @@ RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::
   // Queued bytes are capped by the socket buffers (primed to wmem_max), so with large gradients
   // they sit near the low threshold congested or not (8.29 MB in the demo's clear phase): only
   // RTT needs to fall below its low thresholds; queue depth must merely not signal congestion.
-  if (v.queued_bytes_p99 < c.queued_bytes_high && v.rtt_jitter_s < c.rtt_jitter_low_s &&
-      v.rtt_p50_s < v.rtt_p50_low_s &&
+  if (v.rtt_clears && v.queued_bytes_p99 < c.queued_bytes_high &&
+      v.rtt_jitter_s < c.rtt_jitter_low_s && v.rtt_p50_s < v.rtt_p50_low_s &&
       (v.delivery_ratio <= 0 || v.delivery_ratio >= c.delivery_clear_fraction)) {
     why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", v.rtt_p50_s,
               v.rtt_jitter_s);
     if (v.delivery_ratio > 0) why += fmt(", delivery rate %.2fx its level", v.delivery_ratio, 0);
+    return Signal::kClear;
+  }
+  // The path carries its level again (this topology's own: features.h) and no signal is past
+  // a high threshold (checked above): clear, though RTT sits between the thresholds. A
+  // topology's own pattern can keep it there: on netlab, nothing throttled, hierarchical's
+  // leaders (the whole gradient in large chunks) read other_host p50 0.4-4.0 ms and jitter
+  // 8-19 ms, around the low thresholds (3.5 ms, 15 ms), so the RTT alone never gave the
+  // all-clear after an uplink throttle: only the re-probe came back.
+  if (v.delivery_clears && v.delivery_ratio >= c.delivery_clear_fraction) {
+    why =
+        fmt("delivery rate %.2fx its level >= %.2fx", v.delivery_ratio, c.delivery_clear_fraction) +
+        fmt(", rtt_p50=%.4fs, rtt_jitter=%.4fs under the high thresholds", v.rtt_p50_s,
+            v.rtt_jitter_s);
     return Signal::kClear;
   }
   why = "between thresholds";
@@ -149,12 +162,15 @@ std::string_view RulesPolicy::triggerName(int link) {
 
 RulesPolicy::TransportView RulesPolicy::viewOf(const LinkSignals& ls, Link link) const {
   const bool same = link == Link::kSameHost;
+  const bool trigger = int(link) == trigger_link_;
   return {ls.queued_bytes_p99,
           ls.rtt_jitter_s,
           ls.rtt_p50_s,
           same ? config_.same_host_rtt_p50_high_s : config_.other_host_rtt_p50_high_s,
           same ? config_.same_host_rtt_p50_low_s : config_.other_host_rtt_p50_low_s,
-          same ? 0.0 : ls.delivery_ratio};
+          same ? 0.0 : ls.delivery_ratio,
+          /*rtt_clears=*/!(trigger && trigger_by_delivery_),
+          /*delivery_clears=*/!trigger || delivery_clear_trusted_};
 }
 
 RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, int* link) const {
@@ -330,14 +346,12 @@ bool RulesPolicy::escalateOk(int64_t now_ns) const {
           since_switch >= config_.escalate_dwell.count());
 }
 
-void RulesPolicy::climb(Decision& d, Signal signal, int wanted, int link, const std::string& why,
-                        bool by_link, int64_t now_ns) {
+void RulesPolicy::climb(const Features& f, Decision& d, Signal signal, int wanted, int link,
+                        const std::string& why, bool by_link, int64_t now_ns) {
   d.change = true;
   d.to.topology = topologyAt(wanted);
   d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
   d.detail = why;
-  trigger_link_ = link;
-  hidden_trigger_ = false;
   // A climb within a step down's trial ends a failed probe: its time is what the next bet
   // risks. Any other climb leaves a rung whose calm level is what a re-probe may win back (a
   // step down that held 17 s through a clear phase was no 17 s probe).
@@ -345,6 +359,26 @@ void RulesPolicy::climb(Decision& d, Signal signal, int wanted, int link, const 
       (config_.probe_settle + config_.probe_measure + config_.escalate_dwell).count();
   const bool ends_probe = last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
                           now_ns - last_descent_ns_ < trial_ns;
+  // The rung's all-clear may come from the link's delivery rate only against a level the rung
+  // learned before this congestion (features.h): one learned since is the congested rate. And
+  // a link that only its delivery rate showed congested (BBR keeps the RTT low: netlab's
+  // uplink) is not cleared by its RTT. Back from a failed probe, the congestion is the same.
+  const bool tcp_link = link >= 0 && link != kRdmaLink && f.has_links;
+  if (!ends_probe || trigger_link_ != link) {
+    delivery_clear_trusted_ =
+        !tcp_link ||
+        f.links[size_t(link)].delivery_levels[size_t(d.to.topology)].n >= kDeliveryMinHistory;
+    trigger_by_delivery_ = false;
+    if (tcp_link) {
+      const TransportView v = viewOf(f.links[size_t(link)], Link(link));
+      trigger_by_delivery_ =
+          v.delivery_ratio > 0 && v.delivery_ratio <= config_.delivery_drop_fraction &&
+          v.rtt_p50_s < v.rtt_p50_high_s && v.rtt_jitter_s < config_.rtt_jitter_high_s &&
+          v.queued_bytes_p99 < config_.queued_bytes_high;
+    }
+  }
+  trigger_link_ = link;
+  hidden_trigger_ = false;
   if (ends_probe)
     failed_probe_cost_ns_ = now_ns - last_descent_ns_;
   else if (calm_samples_ > 0)
@@ -381,7 +415,7 @@ Decision RulesPolicy::react(const Features& f, const Arm& current, int64_t now_n
   why += fmt(" (%.1fx the threshold; latest samples/s %.0f, ", excess(f, link), f.samples_per_s) +
          fmt("%.0f calm: decisive between steps)", calm_samples_, 0);
   const bool by_link = trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
-  climb(d, signal, wanted, link, why, by_link, now_ns);
+  climb(f, d, signal, wanted, link, why, by_link, now_ns);
   moved(d, current, false, now_ns);
   return d;
 }
@@ -474,6 +508,17 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     if (trigger_link_ == kRdmaLink && seen && s >= Signal::kCongested) rdma_congested_ns_ = now_ns;
     still_congested = trigger_link_ == kRdmaLink && rdma_congested_ns_ >= 0 &&
                       now_ns - rdma_congested_ns_ < config_.rdma_clear_hold.count();
+    // Likewise a TCP link whose delivery rate reads throttled against this rung's own level:
+    // a verdict from up here, so no re-probe while it lasts (hierarchical read 0.21-0.30x its
+    // level through netlab's uplink phase). Its RTT is no such verdict: the same-host class on
+    // hierarchical is a few control messages whose RTT read 6-18 ms throttled or not.
+    if (trigger_link_ != kRdmaLink && seen) {
+      const double ratio =
+          viewOf(f.links[size_t(trigger_link_)], Link(trigger_link_)).delivery_ratio;
+      if (ratio > 0 && ratio <= config_.delivery_drop_fraction) link_throttled_ns_ = now_ns;
+    }
+    still_congested = still_congested || (trigger_link_ != kRdmaLink && link_throttled_ns_ >= 0 &&
+                                          now_ns - link_throttled_ns_ < config_.clear_hold.count());
   } else if (level > 0 && !hidden_trigger_) {
     // (After a kept slowdown probe no signal shows its cause: only the re-probe comes back.)
     may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
@@ -545,7 +590,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
                     double(cooldown_ns_) * 1e-9);
   } else if (escalate_ok && congested_steps_ >= config_.escalate_steps &&
              (!settlingAfterDescent(now_ns) || signal == Signal::kSevere || farPast(f, link))) {
-    climb(d, signal, wanted, link, why, by_link, now_ns);
+    climb(f, d, signal, wanted, link, why, by_link, now_ns);
   } else if (dwell_ok && slow_since_ns_ >= 0 &&
              now_ns - slow_since_ns_ >= config_.slowdown_hold.count() &&
              now_ns >= slowdown_blocked_until_ns_) {
@@ -699,6 +744,7 @@ void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int
       // Each rung has its own share of time in the allreduce; back from a failed slowdown
       // probe, the slow level is the lower rung's calm one (rebuilt from the next steps).
       calm_share_ = -1;
+      link_throttled_ns_ = -1;  // a verdict of the rung left
       slow_since_ns_ = -1;
       slow_sum_ = 0;
       slow_n_ = 0;

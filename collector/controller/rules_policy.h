@@ -253,6 +253,8 @@ class RulesPolicy final : public Policy {
     double queued_bytes_p99, rtt_jitter_s, rtt_p50_s;
     double rtt_p50_high_s, rtt_p50_low_s;  // the link class's thresholds
     double delivery_ratio = 0;             // 0: unknown (LinkSignals::delivery_ratio)
+    // Which all-clears count for it (the causing link after some climbs: see climb()).
+    bool rtt_clears = true, delivery_clears = true;
   };
   TransportView viewOf(const LinkSignals& ls, Link link) const;
   Signal classifyTransport(const TransportView& v, std::string& why) const;
@@ -277,8 +279,8 @@ class RulesPolicy final : public Policy {
   bool settlingAfterDescent(int64_t now_ns) const;
   // The climb to `wanted` on `signal` of `link`; by_link: the step up being left was caused by a
   // link class (how the failed-descent backoff is reported).
-  void climb(Decision& d, Signal signal, int wanted, int link, const std::string& why, bool by_link,
-             int64_t now_ns);
+  void climb(const Features& f, Decision& d, Signal signal, int wanted, int link,
+             const std::string& why, bool by_link, int64_t now_ns);
   // Bookkeeping after any move: another rung's references, dwell, counts.
   void moved(Decision& d, const Arm& current, bool ascent_failed, int64_t now_ns);
   Signal classify(const Features& f, std::string& why, int* link) const;
@@ -289,6 +291,11 @@ class RulesPolicy final : public Policy {
   int64_t pin_since_ns_ = -1;  // since when the pinning signal holds (-1: it does not)
   int64_t clear_since_ns_ = -1;
   int64_t rdma_congested_ns_ = -1;  // when the rdma class last read congested on a higher rung
+  int64_t link_throttled_ns_ = -1;  // when the trigger link's delivery rate last read throttled
+  // Whether a delivery rate back at its level may clear the causing link, and whether its RTT
+  // may (see climb()).
+  bool delivery_clear_trusted_ = true;
+  bool trigger_by_delivery_ = false;
   int64_t last_switch_ns_ = -1;
   double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)
   int64_t cooldown_ns_ =

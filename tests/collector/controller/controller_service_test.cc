@@ -311,6 +311,48 @@ TEST_F(ControllerServiceTest, ATickSendsADecisionOfReactAtOnceAndWaitsWhileOneIs
   EXPECT_EQ(log.back()["detail"], "between steps");
 }
 
+TEST_F(ControllerServiceTest, FeaturesLogWritesALinePerPeriodAndEveryLookWhenThePeriodIsATick) {
+  const std::string features = log_ + ".features";
+  std::string error;
+  JobState j;
+  store_.set(snapshotsOf(j));
+  {
+    // The default, one line every 2 s: steps at 0, 0.5, ..., 2.5 s and a look between two.
+    ControllerConfig c = config();
+    c.features_log = features;
+    auto svc = ControllerService::create(c, quickRules(), &store_, error);
+    ASSERT_TRUE(svc) << error;
+    for (int64_t k = 0; k <= 5; ++k) {
+      svc->onStep(store_, k * kStepNs);
+      svc->onTick(store_, k * kStepNs + 100'000'000);
+    }
+  }
+  auto lines = readLog(features);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["look"], "step");
+  EXPECT_EQ(lines[1]["look"], "step");
+  EXPECT_EQ(lines[0]["job"], "j");
+  EXPECT_TRUE(lines[0]["features"].contains("samples_per_s"));
+  std::filesystem::remove(features);
+  {
+    // At the looks' period: the step and every look between steps, each with what it read.
+    ControllerConfig c = config();
+    c.features_log = features;
+    c.features_log_every = std::chrono::milliseconds(100);
+    auto svc = ControllerService::create(c, quickRules(), &store_, error);
+    ASSERT_TRUE(svc) << error;
+    svc->onStep(store_, 0);
+    svc->onTick(store_, 100'000'000);
+    svc->onTick(store_, 200'000'000);
+  }
+  lines = readLog(features);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["look"], "step");
+  EXPECT_EQ(lines[1]["look"], "react");
+  EXPECT_EQ(lines[2]["look"], "react");
+  std::filesystem::remove(features);
+}
+
 TEST(ControllerServiceConfig, ErrorsNameTheFix) {
   std::string error;
   ControllerConfig c;

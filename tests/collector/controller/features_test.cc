@@ -208,5 +208,33 @@ TEST(Features, DeliveryRatioAgainstTheLinksLearnedLevel) {
   EXPECT_EQ(ex.update(few, ++now).links[int(Link::kOtherHost)].delivery_bytes_per_s, 0);
 }
 
+// Each topology carries its own level: what a connection carries follows the traffic pattern
+// (netlab, nothing throttled: the ring's other_host 4.7 GB/s, hierarchical's 2.1), so a switch
+// starts a new level, unknown until it has kDeliveryMinHistory readings, and the ring's level is
+// still there when the ring comes back.
+TEST(Features, EachTopologyHasItsOwnDeliveryLevel) {
+  FeatureExtractor ex("j");
+  JobState j;
+  j.same_host = {1e-3, 5e-3, 6e6};
+  j.other_host = {1e-3, 5e-3, 6e6};
+  j.other_host.delivery = 4.7e9 / 1.25;  // the p90 the helper reports is 1.25x the median
+  int64_t now = 0;
+  for (int i = 0; i < 10; ++i) ex.update(snapshotsOf(j), ++now);
+  EXPECT_NEAR(ex.last().links[int(Link::kOtherHost)].delivery_ratio, 1.0, 1e-6);
+  j.topology = int(Topology::kHierarchical);
+  j.other_host.delivery = 2.1e9 / 1.25;
+  const Features& first = ex.update(snapshotsOf(j), ++now);
+  EXPECT_EQ(first.links[int(Link::kOtherHost)].delivery_ratio, 0)
+      << "hierarchical has no level yet (against the ring's it would read 0.45x)";
+  for (int i = 0; i < 10; ++i) ex.update(snapshotsOf(j), ++now);
+  EXPECT_NEAR(ex.last().links[int(Link::kOtherHost)].delivery_ratio, 1.0, 1e-6);
+  EXPECT_NEAR(ex.last().links[int(Link::kOtherHost)].delivery_reference_bytes_per_s, 2.1e9, 1e3);
+  j.topology = int(Topology::kRing);
+  j.other_host.delivery = 4.7e9 / 1.25;
+  const Features& back = ex.update(snapshotsOf(j), ++now);
+  EXPECT_NEAR(back.links[int(Link::kOtherHost)].delivery_ratio, 1.0, 1e-6);
+  EXPECT_NEAR(back.links[int(Link::kOtherHost)].delivery_reference_bytes_per_s, 4.7e9, 1e3);
+}
+
 }  // namespace
 }  // namespace bpftrain::collector::controller
