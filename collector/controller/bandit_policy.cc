@@ -141,7 +141,7 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
   // holds only the ring's samples after 3 window steps, ringLinkFarPast()).
   const bool on_trial = trial_ && int(trial_->arm) == cur;
   const bool far =
-      f.has_steps && cur >= 0 && cur == stint_arm_ && (!trial_ || on_trial) &&
+      f.live() && cur >= 0 && cur == stint_arm_ && (!trial_ || on_trial) &&
       (on_trial ? ringLinkFarPast(f, size_t(cur), trial_->reference)
                 : link_clear_ && stint_obs_ > 0 && ringLinkFarPast(f, size_t(cur), stint_mean_));
   if (!far) {

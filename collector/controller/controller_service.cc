@@ -179,7 +179,7 @@ void ControllerService::onTick(const window::SeriesStore& store, int64_t now_ns)
       now_ns, config_.window.count() > 0 ? std::min(config_.window, config_.react_window)
                                          : config_.react_window);
   const Features f = extractFeatures(snaps, extractor_->last().job, now_ns, &extractor_->last());
-  if (!f.has_steps || f.checkpoint_active || !f.config_consistent) return;
+  if (!f.live() || f.checkpoint_active || !f.config_consistent) return;
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
   logFeatures(f, current, "react", now_ns);
   act(f, current, policy_->react(f, current, now_ns), t0, now_ns);

@@ -87,6 +87,12 @@ struct Features {
   int64_t now_ns = 0;
   int ranks = 0;           // ranks that reported a step in the window
   bool has_steps = false;  // false: no step samples for this job in the window; nothing to decide
+  // The job reports, with or without a finished step in the window: the looks between steps
+  // read a window (500 ms) that a slow step leaves without one (netlab's ring on throttled lo:
+  // 1.3 s steps), which is when such a look matters; the ranks' samples/s gauges, reported with
+  // the step in flight, show the job live. Without this a failed re-probe of the ring went
+  // unlooked-at for 0.8 s and climbed back 1.8 s after the step down instead of ~1.1.
+  bool live() const { return has_steps || samples_per_s > 0; }
 
   // Step time over the window, seconds: the slowest rank's quantile (data parallel runs at the
   // pace of its slowest rank).

@@ -253,8 +253,8 @@ class RulesPolicy final : public Policy {
     double queued_bytes_p99, rtt_jitter_s, rtt_p50_s;
     double rtt_p50_high_s, rtt_p50_low_s;  // the link class's thresholds
     double delivery_ratio = 0;             // 0: unknown (LinkSignals::delivery_ratio)
-    // Which all-clears count for it (the causing link after some climbs: see climb()).
-    bool rtt_clears = true, delivery_clears = true;
+    // Whether its RTT may clear it (not the causing link after some climbs: see climb()).
+    bool rtt_clears = true;
   };
   TransportView viewOf(const LinkSignals& ls, Link link) const;
   Signal classifyTransport(const TransportView& v, std::string& why) const;
@@ -292,9 +292,7 @@ class RulesPolicy final : public Policy {
   int64_t clear_since_ns_ = -1;
   int64_t rdma_congested_ns_ = -1;  // when the rdma class last read congested on a higher rung
   int64_t link_throttled_ns_ = -1;  // when the trigger link's delivery rate last read throttled
-  // Whether a delivery rate back at its level may clear the causing link, and whether its RTT
-  // may (see climb()).
-  bool delivery_clear_trusted_ = true;
+  // The causing link showed congestion by its delivery rate alone: its RTT does not clear it.
   bool trigger_by_delivery_ = false;
   int64_t last_switch_ns_ = -1;
   double ring_busbw_best_ = 0;  // best bus bandwidth seen so far (fallback without probes)

@@ -311,6 +311,33 @@ TEST_F(ControllerServiceTest, ATickSendsADecisionOfReactAtOnceAndWaitsWhileOneIs
   EXPECT_EQ(log.back()["detail"], "between steps");
 }
 
+// A step slower than the looks' window (netlab's ring on throttled lo: 1.3 s against 500 ms)
+// leaves it without a step sample, which is when a look between steps matters: it still looks
+// while the ranks' samples/s gauges report the step in flight, and not once the job is silent.
+TEST_F(ControllerServiceTest, ALookBetweenStepsHappensInsideAStepLongerThanItsWindow) {
+  std::string error;
+  auto owned = std::make_unique<ReactOnly>();
+  ReactOnly* policy = owned.get();
+  auto svc = ControllerService::create(config(), std::move(owned), &store_, error);
+  ASSERT_TRUE(svc) << error;
+  JobState j;
+  store_.set(snapshotsOf(j));
+  svc->onStep(store_, 0);
+  std::vector<window::SeriesSnapshot> in_step = snapshotsOf(j);
+  std::erase_if(in_step, [](const window::SeriesSnapshot& s) {
+    return s.name == "bpftrain_step_seconds" || s.name == "bpftrain_allreduce_seconds";
+  });
+  store_.set(in_step);
+  svc->onTick(store_, 100'000'000);
+  EXPECT_EQ(policy->reacts, 1);
+  std::erase_if(in_step, [](const window::SeriesSnapshot& s) {
+    return s.name == "bpftrain_samples_per_second";
+  });
+  store_.set(in_step);
+  svc->onTick(store_, 200'000'000);
+  EXPECT_EQ(policy->reacts, 1) << "nothing from the job in the window: no look";
+}
+
 TEST_F(ControllerServiceTest, FeaturesLogWritesALinePerPeriodAndEveryLookWhenThePeriodIsATick) {
   const std::string features = log_ + ".features";
   std::string error;

@@ -420,50 +420,24 @@ TEST(RulesPolicy, AnUplinkTheRttDoesNotShowClimbsOnItsDeliveryRate) {
   EXPECT_LE(sw.back().t, 70.0 + 32.5);
 }
 
-// Hierarchical as netlab measured it with delivery-rate samples: its leaders' RTT around the
-// low thresholds (p50 2.5 ms, jitter 12 ms) throttled or not, and a delivery rate of its own
-// (half the ring's: its traffic pattern), both cut to 1.8 Gbit/s by the uplink throttle.
-JobState uplinkModel(Phase phase, const Arm& a) {
+// Hierarchical with delivery-rate samples: its leaders' RTT under the low thresholds (p50
+// 2.5 ms, jitter 12 ms) throttled or not, as netlab read it at times, and a delivery rate of its
+// own (half the ring's: its traffic pattern), cut to `throttled` of it by the uplink throttle.
+JobState uplinkModel(Phase phase, const Arm& a, double throttled) {
   JobState j = linkModel(phase, a, true);
   if (a.topology != Topology::kRing) {
     j.other_host = {2.5e-3, 14.5e-3, 7e6};
-    j.other_host.delivery = phase == Phase::kUplinkHidden ? 1.8e9 / 8 : 5e9 / 8;
+    j.other_host.delivery = (phase == Phase::kUplinkHidden ? throttled : 1.0) * 5e9 / 8;
   }
   return j;
 }
 
-// Once hierarchical has a level of its own (learned through the intra-host phase, its uplink
-// clear), the uplink throttle shows on it too: no re-probe of the ring while it lasts, and the
-// way back once it lifts is the link's own all-clear (clear_hold), not the next re-probe.
-TEST(RulesPolicy, AnUplinkThrottleLiftingIsSeenOnHierarchicalByItsDeliveryRate) {
-  RulesPolicy p;
-  auto phase = [](double t) {
-    return t >= 20 && t < 45   ? Phase::kIntraHostCongested
-           : t >= 70 && t < 95 ? Phase::kUplinkHidden
-                               : Phase::kClear;
-  };
-  auto sw = runOnArm(p, 130, [&](double t, const Arm& a) { return uplinkModel(phase(t), a); });
-  for (const Switch& s : sw)
-    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
-  std::vector<Switch> uplink;
-  for (const Switch& s : sw)
-    if (s.t >= 70) uplink.push_back(s);
-  ASSERT_EQ(uplink.size(), 2u);
-  EXPECT_EQ(uplink[0].to.topology, Topology::kHierarchical);
-  EXPECT_LE(uplink[0].t, 70.5);
-  // Nothing in between: the ring is not re-probed while hierarchical reads 0.36x its level.
-  EXPECT_EQ(uplink[1].to.topology, Topology::kRing);
-  EXPECT_EQ(uplink[1].reason, "clear");
-  EXPECT_GE(uplink[1].t, 95.0);
-  EXPECT_LE(uplink[1].t, 95.0 + 3.5) << "the delivery rate's 1 s window, then clear_hold";
-}
-
-// Without a level of its own (it never ran with the uplink clear) hierarchical's readings say
-// nothing about the uplink: the way back stays the re-probe.
-TEST(RulesPolicy, ARungWithNoDeliveryLevelOfItsOwnComesBackByTheReprobe) {
+// An uplink only the delivery rate showed (on the ring) is not cleared by hierarchical's RTT,
+// which sits under the low thresholds throttled or not: the way back is the re-probe.
+TEST(RulesPolicy, ALinkOnlyItsDeliveryRateShowedIsNotClearedByItsRtt) {
   RulesPolicy p;
   auto sw = runOnArm(p, 110, [](double t, const Arm& a) {
-    return uplinkModel(t >= 30 && t < 70 ? Phase::kUplinkHidden : Phase::kClear, a);
+    return uplinkModel(t >= 30 && t < 70 ? Phase::kUplinkHidden : Phase::kClear, a, 0.75);
   });
   for (const Switch& s : sw)
     std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
@@ -474,13 +448,40 @@ TEST(RulesPolicy, ARungWithNoDeliveryLevelOfItsOwnComesBackByTheReprobe) {
   bool reprobed = false;
   for (const Switch& s : sw) {
     reprobed = reprobed || s.reason == "reprobe";
-    // Its RTT (under the low thresholds, throttled or not) and the level it learned while
-    // throttled are no all-clear: without them it flapped every 6 s.
+    // Without the rule it stepped down on the RTT's "clear" every 6 s through the throttle.
     if (s.t < 70) {
       EXPECT_NE(s.reason, "clear") << s.t;
     }
   }
   EXPECT_TRUE(reprobed);
+}
+
+// Where hierarchical's own delivery level shows the throttle (learned through the intra-host
+// phase, its uplink clear; 0.36x of it while throttled), that is a verdict from up here: no
+// re-probe of the ring while it lasts, and the next one soon after it lifts.
+TEST(RulesPolicy, NoReprobeWhileTheHigherRungReadsTheCausingLinkThrottled) {
+  RulesPolicy p;
+  // The uplink comes more than failed_descent_window after the last descent: the re-probe
+  // interval is back at its 8 s, so only the verdict keeps the ring from being probed.
+  auto phase = [](double t) {
+    return t >= 20 && t < 45    ? Phase::kIntraHostCongested
+           : t >= 80 && t < 115 ? Phase::kUplinkHidden
+                                : Phase::kClear;
+  };
+  auto sw =
+      runOnArm(p, 150, [&](double t, const Arm& a) { return uplinkModel(phase(t), a, 0.36); });
+  for (const Switch& s : sw)
+    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
+  std::vector<Switch> uplink;
+  for (const Switch& s : sw)
+    if (s.t >= 80) uplink.push_back(s);
+  ASSERT_EQ(uplink.size(), 2u);
+  EXPECT_EQ(uplink[0].to.topology, Topology::kHierarchical);
+  EXPECT_LE(uplink[0].t, 80.5);
+  EXPECT_EQ(uplink[1].to.topology, Topology::kRing);
+  EXPECT_EQ(uplink[1].reason, "reprobe");
+  EXPECT_GE(uplink[1].t, 115.0);
+  EXPECT_LE(uplink[1].t, 115.0 + 3.5) << "the delivery rate's 1 s window, then clear_hold";
 }
 
 // The same slowdown where the next rung is no faster: one probe, back within seconds, and the
