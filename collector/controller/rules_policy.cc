@@ -337,12 +337,17 @@ bool RulesPolicy::escalateOk(int64_t now_ns) const {
           since_switch >= config_.escalate_dwell.count());
 }
 
+int RulesPolicy::wantedLevel(Signal signal, int link) {
+  const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
+  // Same-host congestion, however severe, climbs no higher than hierarchical, the rung that
+  // keeps same-host traffic off the network stack: halving-doubling's same-host chunks take
+  // the congested loopback too (netlab, lo throttled: 97 samples/s against hierarchical's 557).
+  return link == int(Link::kSameHost) ? std::min(wanted, levelOf(Topology::kHierarchical)) : wanted;
+}
+
 void RulesPolicy::climb(const Features& f, Decision& d, Signal signal, int wanted, int link,
                         const std::string& why, bool by_link, int64_t now_ns) {
   d.change = true;
-  d.to.topology = topologyAt(wanted);
-  d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
-  d.detail = why;
   // A climb within a step down's trial ends a failed probe: its time is what the next bet
   // risks. Any other climb leaves a rung whose calm level is what a re-probe may win back (a
   // step down that held 17 s through a clear phase was no 17 s probe).
@@ -350,6 +355,12 @@ void RulesPolicy::climb(const Features& f, Decision& d, Signal signal, int wante
       (config_.probe_settle + config_.probe_measure + config_.escalate_dwell).count();
   const bool ends_probe = last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
                           now_ns - last_descent_ns_ < trial_ns;
+  // A failed probe goes back to the rung it left, which held: a severe reading on the lower
+  // rung's first throttled step (netlab: same-host jitter 102 ms on the ring) once sent it past
+  // that rung.
+  d.to.topology = ends_probe ? descent_trial_from_ : topologyAt(wanted);
+  d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
+  d.detail = why;
   // A link that only its delivery rate showed congested (BBR keeps the RTT low: netlab's
   // uplink) is not cleared by its RTT, least of all on hierarchical, whose leaders' RTT sat
   // under the low thresholds through the throttle at times. Back from a failed probe, the
@@ -394,7 +405,7 @@ Decision RulesPolicy::react(const Features& f, const Arm& current, int64_t now_n
   int link = -1;
   const Signal signal = classify(f, why, &link);
   const int level = levelOf(current.topology);
-  const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
+  const int wanted = wantedLevel(signal, link);
   if (wanted <= level || !escalateOk(now_ns) || !farPast(f, link)) {
     react_looks_ = 0;
     return d;
@@ -420,7 +431,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   int link = -1;
   Signal signal = classify(f, why, &link);
   const int level = levelOf(current.topology);
-  const int wanted = signal == Signal::kSevere ? 2 : signal == Signal::kCongested ? 1 : 0;
+  const int wanted = wantedLevel(signal, link);
   if (on_rung_since_ns_ < 0) on_rung_since_ns_ = now_ns;
   if (reprobe_ns_ < 0) reprobe_ns_ = config_.reprobe_after.count();
 

@@ -281,6 +281,8 @@ class RulesPolicy final : public Policy {
   // link class (how the failed-descent backoff is reported).
   void climb(const Features& f, Decision& d, Signal signal, int wanted, int link,
              const std::string& why, bool by_link, int64_t now_ns);
+  // The rung a signal of `link` asks for (0 ring, 1 hierarchical, 2 halving-doubling).
+  static int wantedLevel(Signal signal, int link);
   // Bookkeeping after any move: another rung's references, dwell, counts.
   void moved(Decision& d, const Arm& current, bool ascent_failed, int64_t now_ns);
   Signal classify(const Features& f, std::string& why, int* link) const;

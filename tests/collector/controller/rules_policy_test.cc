@@ -151,6 +151,33 @@ TEST(RulesPolicy, IntraHostCongestionUpAndBackByProbingTheRing) {
   for (const Switch& s : sw) EXPECT_NE(s.to.topology, Topology::kHalvingDoubling);
 }
 
+// Throttled lo as the first step of a ring probe read it on netlab: jitter past the severe
+// threshold (102 ms). Same-host congestion climbs to hierarchical however severe, and a failed
+// probe goes back to the rung it left: halving-doubling sends its same-host chunks over the
+// throttled loopback too (97 samples/s for 16 s on netlab before this).
+TEST(RulesPolicy, SevereSameHostCongestionClimbsToHierarchicalAndAFailedProbeBackToIt) {
+  RulesPolicy p;
+  auto sw = runOnArm(p, 110, [](double t, const Arm& a) {
+    JobState j = linkModel(t >= 30 && t < 70 ? Phase::kIntraHostCongested : Phase::kClear, a);
+    if (t >= 30 && t < 70 && a.topology == Topology::kRing) j.same_host = {9e-3, 150e-3, 6e6};
+    return j;
+  });
+  for (const Switch& s : sw)
+    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
+  ASSERT_GE(sw.size(), 2u);
+  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(sw[0].reason, "severe_congestion");
+  int failed_probes = 0;
+  for (size_t i = 1; i + 1 < sw.size(); ++i)
+    if (sw[i].reason == "reprobe" && sw[i].t < 70) {
+      ++failed_probes;
+      EXPECT_EQ(sw[i + 1].to.topology, Topology::kHierarchical) << sw[i + 1].t;
+    }
+  EXPECT_GE(failed_probes, 1);
+  for (const Switch& s : sw) EXPECT_NE(s.to.topology, Topology::kHalvingDoubling) << s.t;
+  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
+}
+
 // The latest reading counts as decisive before the window mean does only with the signal far
 // past its threshold (decisive_signal_factor, 1.5x); near the threshold it needs the window far
 // down or a second step.
