@@ -376,6 +376,11 @@ void RulesPolicy::climb(const Features& f, Decision& d, Signal signal, int wante
           v.queued_bytes_p99 < config_.queued_bytes_high;
     }
   }
+  // Congestion on another link class than the one that caused the last step up is another
+  // cause, not the old one back: on netlab's five-phase run the uplink phase came 13 s after a
+  // re-probe had found the same-host links clear, and counting it as a failed descent doubled
+  // the re-probe wait to 32 s, which the way back after the uplink then waited out.
+  const bool same_cause = link == trigger_link_;
   trigger_link_ = link;
   hidden_trigger_ = false;
   if (ends_probe)
@@ -383,7 +388,8 @@ void RulesPolicy::climb(const Features& f, Decision& d, Signal signal, int wante
   else if (calm_samples_ > 0)
     left_calm_samples_ = calm_samples_;
   if (last_descent_ns_ >= 0) {
-    if (now_ns - last_descent_ns_ < config_.failed_descent_window.count()) {
+    if (now_ns - last_descent_ns_ < config_.failed_descent_window.count() &&
+        (same_cause || ends_probe)) {
       cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
       reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
       d.detail += fmt("; the last step down failed after %.1fs: next probe after %.0fs",

@@ -511,6 +511,32 @@ TEST(RulesPolicy, NoReprobeWhileTheHigherRungReadsTheCausingLinkThrottled) {
   EXPECT_LE(uplink[1].t, 115.0 + 3.5) << "the delivery rate's 1 s window, then clear_hold";
 }
 
+// An uplink congested 12 s after a re-probe found the same-host links clear is a new cause,
+// not a failed descent: its re-probes start from the base interval (8 s), not a doubled one.
+TEST(RulesPolicy, CongestionOnAnotherLinkSoonAfterAStepDownIsNoFailedDescent) {
+  RulesPolicy p;
+  double back_on_ring = -1;
+  auto sw = runOnArm(p, 110, [&](double t, const Arm& a) {
+    if (t >= 45 && back_on_ring < 0 && a.topology == Topology::kRing) back_on_ring = t;
+    const bool uplink = back_on_ring >= 0 && t >= back_on_ring + 12 && t < 100;
+    return uplinkModel(t >= 20 && t < 45 ? Phase::kIntraHostCongested
+                       : uplink          ? Phase::kUplinkHidden
+                                         : Phase::kClear,
+                       a, 0.75);
+  });
+  for (const Switch& s : sw)
+    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
+  ASSERT_GE(back_on_ring, 45.0);
+  const double onset = back_on_ring + 12;
+  std::vector<Switch> after;
+  for (const Switch& s : sw)
+    if (s.t >= onset) after.push_back(s);
+  ASSERT_GE(after.size(), 2u);
+  EXPECT_EQ(after[0].to.topology, Topology::kHierarchical);
+  EXPECT_EQ(after[1].reason, "reprobe");
+  EXPECT_LE(after[1].t - after[0].t, 8.5);
+}
+
 // The same slowdown where the next rung is no faster: one probe, back within seconds, and the
 // next only after the backed-off wait (20 s, then 40, 80): a budget, not a flap.
 TEST(RulesPolicy, ASlowdownProbeThatIsNoFasterStepsBackAndBacksOff) {
