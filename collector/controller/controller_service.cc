@@ -182,7 +182,9 @@ void ControllerService::onTick(const window::SeriesStore& store, int64_t now_ns)
   if (!f.live() || f.checkpoint_active || !f.config_consistent) return;
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
   logFeatures(f, current, "react", now_ns);
-  act(f, current, policy_->react(f, current, now_ns), t0, now_ns);
+  const Decision d = policy_->react(f, current, now_ns);
+  if (d.change) diagnoser_.rememberRingLink(f);
+  act(f, current, d, t0, now_ns);
 }
 
 void ControllerService::logFeatures(const Features& f, const Arm& current, const char* look,

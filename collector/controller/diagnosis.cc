@@ -75,6 +75,11 @@ const Diagnosis& Diagnoser::update(const Features& f) {
   return last_;
 }
 
+void Diagnoser::rememberRingLink(const Features& f) {
+  if (f.topology != Topology::kRing || !f.config_consistent) return;
+  if (Diagnosis seen; linkCongestion(f, seen, true)) ring_link_ = seen;
+}
+
 Diagnosis Diagnoser::raw(const Features& f) {
   Diagnosis d;
   if (!f.has_steps) return d;

@@ -55,6 +55,11 @@ class Diagnoser {
   explicit Diagnoser(DiagnosisConfig config = {}) : config_(config) {}
   const Diagnosis& update(const Features& f);
   const Diagnosis& last() const { return last_; }
+  // A look between steps that moves the job off the ring: the link congestion it saw there
+  // becomes the ring's last seen, carried on the next rung, though no window step diagnosed it
+  // before the move (netlab's five-phase uplink: the rules climbed 0.9-1.1 s after the onset on
+  // the delivery rate, before the ring's two-step hold, and the diagnosis never named it).
+  void rememberRingLink(const Features& f);
 
  private:
   // The worst link class over its thresholds. With rtt_observable false (any topology but the

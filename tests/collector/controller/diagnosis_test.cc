@@ -105,6 +105,22 @@ TEST(Diagnosis, AThrottledUplinkIsNamedOnHierarchicalByItsDeliveryRate) {
   EXPECT_EQ(g.link, "other_host:node1") << g.detail;
 }
 
+// The controller moved off the ring on a look between steps, before any window step diagnosed
+// the link: what that look saw is carried on hierarchical, whose own level does not show it.
+TEST(Diagnosis, ALinkSeenByTheLookThatLeftTheRingIsCarried) {
+  DeliveryRing r;
+  JobState throttled = r.j;
+  throttled.other_host.delivery = 0.1e9;
+  r.d.rememberRingLink(r.ex.update(snapshotsOf(throttled), ++r.t));
+  r.j.topology = int(Topology::kHierarchical);
+  r.j.same_host = {};
+  r.j.other_host.rtt_p50 = 6e-3;
+  const Diagnosis& g = r.held();
+  EXPECT_EQ(g.cause, "congested_link");
+  EXPECT_EQ(g.link, "other_host:node1") << g.detail;
+  EXPECT_TRUE(g.carried);
+}
+
 // Hierarchical's leaders keep the inter-host RTT at 6 ms: no congestion diagnosis from it; a
 // diagnosis made on the ring before the switch is carried, marked as such.
 TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
