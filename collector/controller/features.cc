@@ -284,6 +284,13 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
   }
   if (f.epoch_min != f.epoch_max) f.config_consistent = false;
 
+  if (f.topology && f.config_consistent)
+    f.topology_since_ns =
+        previous != nullptr && previous->topology == f.topology && previous->topology_since_ns >= 0
+            ? previous->topology_since_ns
+            : now_ns;
+  const bool topology_settled =
+      f.topology_since_ns >= 0 && now_ns - f.topology_since_ns >= kDeliverySettleNs;
   for (int l = 0; l < kLinkCount; ++l) {
     LinkSignals& ls = f.links[l];
     for (const auto& [peer, rate] : delivery_by_peer[l]) {
@@ -304,7 +311,7 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
     if (rate <= 0) continue;
     const double ref = ls.delivery_reference_bytes_per_s;
     if (ref > 0) ls.delivery_ratio = rate / ref;
-    if (f.config_consistent && (ref <= 0 || ls.delivery_ratio > kDeliveryDropFraction)) {
+    if (topology_settled && (ref <= 0 || ls.delivery_ratio > kDeliveryDropFraction)) {
       level.history[level.n % LinkSignals::kDeliveryHistory] = float(rate);
       ++level.n;
     }

@@ -46,7 +46,10 @@ struct LinkSignals {
   // throttled), then the lowest over peer nodes; 0 without one. The reference is the median of
   // the class's last kDeliveryHistory readings under the running topology (not counting
   // readings at or below kDeliveryDropFraction of it, so a throttled link does not become the
-  // level; nor readings while the ranks disagree on the topology), known from
+  // level; nor readings while the ranks disagree on the topology or in its first
+  // kDeliverySettleNs, whose window still holds the previous topology's samples: netlab's
+  // first hierarchical reading after a switch from a ring on throttled lo was 16 GB/s against
+  // its 1.9, and became its level), known from
   // kDeliveryMinHistory readings on; the ratio is rate / reference, 0 while either is unknown.
   // One level per topology: its traffic pattern sets what a connection carries (on netlab,
   // nothing throttled, the ring's other_host read 4.7 GB/s and hierarchical's 2.1), so a
@@ -68,6 +71,8 @@ struct LinkSignals {
 // Delivery-rate samples a series needs in a window to say anything about its link.
 inline constexpr uint64_t kMinDeliverySamples = 5;
 inline constexpr uint32_t kDeliveryMinHistory = 6;
+// Longer than the controller's window (1 s) and a telemetry interval.
+inline constexpr int64_t kDeliverySettleNs = 2'000'000'000;
 inline constexpr double kDeliveryDropFraction = 0.4;
 
 struct RdmaSignals {
@@ -85,7 +90,8 @@ struct RdmaSignals {
 struct Features {
   std::string job;
   int64_t now_ns = 0;
-  int ranks = 0;           // ranks that reported a step in the window
+  int64_t topology_since_ns = -1;  // when every rank began reporting this topology (-1: unknown)
+  int ranks = 0;                   // ranks that reported a step in the window
   bool has_steps = false;  // false: no step samples for this job in the window; nothing to decide
   // The job reports, with or without a finished step in the window: the looks between steps
   // read a window (500 ms) that a slow step leaves without one (netlab's ring on throttled lo:

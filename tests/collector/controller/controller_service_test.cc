@@ -88,6 +88,8 @@ std::vector<nlohmann::json> readLog(const std::string& path) {
   return v;
 }
 
+class ReactOnly;
+
 class ControllerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -107,6 +109,7 @@ class ControllerServiceTest : public ::testing::Test {
     c.decisions_log = log_;
     return c;
   }
+  std::unique_ptr<ControllerService> reactOnlyAfterAStep(ReactOnly*& policy);
   FakeTrainer trainer_;
   FakeStore store_;
   std::string log_;
@@ -274,17 +277,25 @@ class ReactOnly final : public Policy {
   int decides = 0, reacts = 0;
 };
 
+// The service with a ReactOnly policy (`policy` points at it) after one step found the job.
+std::unique_ptr<ControllerService> ControllerServiceTest::reactOnlyAfterAStep(ReactOnly*& policy) {
+  std::string error;
+  auto owned = std::make_unique<ReactOnly>();
+  policy = owned.get();
+  auto svc = ControllerService::create(config(), std::move(owned), &store_, error);
+  EXPECT_TRUE(svc) << error;
+  if (!svc) return svc;
+  store_.set(snapshotsOf(JobState{}));
+  svc->onStep(store_, 0);
+  return svc;
+}
+
 // Between steps the service asks react() on fresh features and sends what it decides at once;
 // nothing is asked before the first step found the job, or while a decision is in flight.
 TEST_F(ControllerServiceTest, ATickSendsADecisionOfReactAtOnceAndWaitsWhileOneIsPending) {
-  std::string error;
-  auto owned = std::make_unique<ReactOnly>();
-  ReactOnly* policy = owned.get();
-  auto svc = ControllerService::create(config(), std::move(owned), &store_, error);
-  ASSERT_TRUE(svc) << error;
-  JobState j;
-  store_.set(snapshotsOf(j));
-  svc->onStep(store_, 0);
+  ReactOnly* policy = nullptr;
+  auto svc = reactOnlyAfterAStep(policy);
+  ASSERT_TRUE(svc);
   svc->onTick(store_, 100'000'000);
   EXPECT_EQ(policy->reacts, 1);
   EXPECT_FALSE(trainer_.receive(std::chrono::milliseconds(0)));
@@ -315,15 +326,10 @@ TEST_F(ControllerServiceTest, ATickSendsADecisionOfReactAtOnceAndWaitsWhileOneIs
 // leaves it without a step sample, which is when a look between steps matters: it still looks
 // while the ranks' samples/s gauges report the step in flight, and not once the job is silent.
 TEST_F(ControllerServiceTest, ALookBetweenStepsHappensInsideAStepLongerThanItsWindow) {
-  std::string error;
-  auto owned = std::make_unique<ReactOnly>();
-  ReactOnly* policy = owned.get();
-  auto svc = ControllerService::create(config(), std::move(owned), &store_, error);
-  ASSERT_TRUE(svc) << error;
-  JobState j;
-  store_.set(snapshotsOf(j));
-  svc->onStep(store_, 0);
-  std::vector<window::SeriesSnapshot> in_step = snapshotsOf(j);
+  ReactOnly* policy = nullptr;
+  auto svc = reactOnlyAfterAStep(policy);
+  ASSERT_TRUE(svc);
+  std::vector<window::SeriesSnapshot> in_step = snapshotsOf(JobState{});
   std::erase_if(in_step, [](const window::SeriesSnapshot& s) {
     return s.name == "bpftrain_step_seconds" || s.name == "bpftrain_allreduce_seconds";
   });

@@ -54,14 +54,16 @@ struct DeliveryRing {
   Diagnoser d;
   FeatureExtractor ex{"j"};
   JobState j = ring();
-  int64_t t = 0;
+  int64_t t = 0;  // ns, a window step (500 ms) at a time
   DeliveryRing() {
     j.other_host.delivery = 1e9;
-    for (; t < 8; ++t) EXPECT_EQ(d.update(ex.update(snapshotsOf(j), t)).cause, "none");
+    for (int i = 0; i < 14; ++i)
+      EXPECT_EQ(d.update(ex.update(snapshotsOf(j), next())).cause, "none");
   }
+  int64_t next() { return t += 500'000'000; }
   const Diagnosis& held() {
-    d.update(ex.update(snapshotsOf(j), ++t));
-    return d.update(ex.update(snapshotsOf(j), ++t));
+    d.update(ex.update(snapshotsOf(j), next()));
+    return d.update(ex.update(snapshotsOf(j), next()));
   }
 };
 
@@ -98,7 +100,7 @@ TEST(Diagnosis, AThrottledUplinkIsNamedOnHierarchicalByItsDeliveryRate) {
   r.j.topology = int(Topology::kHierarchical);
   r.j.same_host = {};
   r.j.other_host.rtt_p50 = 6e-3;  // the leaders' large chunks, congested or not
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(r.held().cause, "none");
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(r.held().cause, "none");
   r.j.other_host.delivery = 0.2e9;
   const Diagnosis& g = r.held();
   EXPECT_EQ(g.cause, "congested_link");
@@ -111,7 +113,7 @@ TEST(Diagnosis, ALinkSeenByTheLookThatLeftTheRingIsCarried) {
   DeliveryRing r;
   JobState throttled = r.j;
   throttled.other_host.delivery = 0.1e9;
-  r.d.rememberRingLink(r.ex.update(snapshotsOf(throttled), ++r.t));
+  r.d.rememberRingLink(r.ex.update(snapshotsOf(throttled), r.next()));
   r.j.topology = int(Topology::kHierarchical);
   r.j.same_host = {};
   r.j.other_host.rtt_p50 = 6e-3;
