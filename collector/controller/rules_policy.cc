@@ -92,10 +92,10 @@ RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::
   }
   // No all-clear from the delivery rate alone, though hierarchical's leaders keep other_host
   // RTT around the low thresholds with nothing throttled (p50 0.4-4.0 ms, jitter 8-19 ms): on
-  // netlab's uplink phase hierarchical read only 0.31-0.59x its clear level (3.0 GB/s), and the
-  // readings above kDeliveryDropFraction were learned, so the level sank to 1.4 GB/s within
-  // 10 s and the ratio rose to 0.66-0.89x; such an all-clear stepped down into the throttle
-  // three times in 25 s (five-phase.json, 2026-12-04).
+  // netlab's uplink phase hierarchical read only 0.43-0.71x its clear level (2.0-2.2 GB/s),
+  // and the readings above kDeliveryDropFraction are learned, so the level eroded to 1.1-1.3
+  // GB/s by the phase's end (five-phase.json, 2026-12-04): an all-clear at 0.6x fires inside
+  // the throttle, and in the run that tried it stepped down into it three times in 25 s.
   why = "between thresholds";
   return Signal::kNeutral;
 }
@@ -516,7 +516,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
                       now_ns - rdma_congested_ns_ < config_.rdma_clear_hold.count();
     // Likewise a TCP link whose delivery rate reads throttled against this rung's own level:
     // a verdict from up here, so no re-probe while it lasts (on netlab's uplink phase
-    // hierarchical read 0.31-0.59x its clear level: rarely this far). Its RTT is no such
+    // hierarchical read 0.43-0.71x its clear level: rarely this far). Its RTT is no such
     // verdict: the same-host class on hierarchical is a few control messages whose RTT read
     // 6-18 ms throttled or not.
     if (trigger_link_ != kRdmaLink && seen) {
