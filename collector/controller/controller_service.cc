@@ -80,7 +80,10 @@ void ControllerService::send(const Pending& p, int64_t now_ns) {
 // stays in the window) and the one it replaces as 0; a change is one line in the decisions log
 // and on stderr.
 void ControllerService::diagnose(const Features& f, int64_t now_ns) {
-  const Diagnosis& d = diagnoser_.update(f);
+  report(f, diagnoser_.update(f), now_ns);
+}
+
+void ControllerService::report(const Features& f, const Diagnosis& d, int64_t now_ns) {
   const std::string rank = std::to_string(d.rank);
   if (!d.sameAs(reported_)) {
     const std::string old_rank = std::to_string(reported_.rank);
@@ -183,7 +186,6 @@ void ControllerService::onTick(const window::SeriesStore& store, int64_t now_ns)
   Arm current{f.topology.value_or(Topology::kRing), f.pinning.value_or(PinMode::kNone)};
   logFeatures(f, current, "react", now_ns);
   const Decision d = policy_->react(f, current, now_ns);
-  if (d.change) diagnoser_.rememberRingLink(f);
   act(f, current, d, t0, now_ns);
 }
 
@@ -210,6 +212,8 @@ void ControllerService::act(const Features& f, const Arm& current, const Decisio
     if (last_advice_ && *last_advice_ == d.to) return;
     last_advice_ = d.to;
   }
+  // A move on a link's congestion names that link now, before the decision's own log line.
+  if (diagnoser_.decided(f, d.link)) report(f, diagnoser_.last(), now_ns);
   double decide_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   uint64_t epoch =

@@ -97,6 +97,8 @@ class ControllerService {
              double value, int64_t now_ns);
   void send(const Pending& p, int64_t now_ns);
   void diagnose(const Features& f, int64_t now_ns);
+  // Exports and logs `d` when it differs from the diagnosis last reported.
+  void report(const Features& f, const Diagnosis& d, int64_t now_ns);
   // Logs, counts and (mode act) sends a decision of the policy's.
   void act(const Features& f, const Arm& current, const Decision& d,
            std::chrono::steady_clock::time_point t0, int64_t now_ns);

@@ -14,47 +14,54 @@ std::string sentence(const char* format, double a, double b, double c = 0) {
 
 }  // namespace
 
+double Diagnoser::linkExcess(const Features& f, int l, Diagnosis& out, bool rtt_observable) const {
+  const LinkSignals& ls = f.links[size_t(l)];
+  if (!ls.seen) return 0;
+  const double limit =
+      Link(l) == Link::kSameHost ? config_.same_host_rtt_p50_s : config_.other_host_rtt_p50_s;
+  // The delivery rate shows a throttled link whose RTT does not move (BBR).
+  // Inter-host links only, as the rules policy (RulesConfig::delivery_drop_fraction).
+  const double delivery = Link(l) == Link::kOtherHost && ls.delivery_ratio > 0
+                              ? config_.delivery_drop_fraction / ls.delivery_ratio
+                              : 0;
+  // An inter-host link that carries its usual rate is not the slow one, whatever its RTT: on
+  // the ring with lo throttled its RTT median rose to 8.6 ms (the ranks behind the throttled
+  // same-host hop answer late) at 0.74x its delivery level, and the diagnosis named it before
+  // the same-host links (the quiet four-phase run, 2026-12-04).
+  const bool carries_its_rate =
+      delivery > 0 && ls.delivery_ratio >= config_.delivery_clear_fraction;
+  const double rtt_excess =
+      carries_its_rate || !rtt_observable
+          ? 0
+          : std::max(ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s);
+  const double excess = std::max(rtt_excess, delivery);
+  out.cause = "congested_link";
+  out.rank = -1;
+  out.link = std::string(linkName(Link(l)));
+  const std::string& peer = delivery >= excess && !ls.delivery_peer_node.empty()
+                                ? ls.delivery_peer_node
+                                : ls.worst_peer_node;
+  if (Link(l) == Link::kOtherHost && !peer.empty()) out.link += ":" + peer;
+  out.detail = (Link(l) == Link::kSameHost ? std::string("same-host links")
+                                           : "the inter-host link to " + peer) +
+               sentence(": RTT p50 %.1f ms, jitter %.1f ms (worst rank %.0f)", ls.rtt_p50_s * 1e3,
+                        ls.rtt_jitter_s * 1e3, double(ls.worst_rank));
+  if (delivery > 0)
+    out.detail += sentence(", delivery rate %.2f Gbit/s, %.2fx its level",
+                           ls.delivery_bytes_per_s * 8e-9, ls.delivery_ratio);
+  return excess;
+}
+
 bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out, bool rtt_observable) const {
   if (!f.has_links) return false;
+  // The worst class over its thresholds is the diagnosis.
   double worst_excess = 0;
   for (int l = 0; l < kLinkCount; ++l) {
-    const LinkSignals& ls = f.links[l];
-    if (!ls.seen) continue;
-    const double limit =
-        Link(l) == Link::kSameHost ? config_.same_host_rtt_p50_s : config_.other_host_rtt_p50_s;
-    // How far over its thresholds the class is; the worst class is the diagnosis.
-    // The delivery rate shows a throttled link whose RTT does not move (BBR).
-    // Inter-host links only, as the rules policy (RulesConfig::delivery_drop_fraction).
-    const double delivery = Link(l) == Link::kOtherHost && ls.delivery_ratio > 0
-                                ? config_.delivery_drop_fraction / ls.delivery_ratio
-                                : 0;
-    // An inter-host link that carries its usual rate is not the slow one, whatever its RTT: on
-    // the ring with lo throttled its RTT median rose to 8.6 ms (the ranks behind the throttled
-    // same-host hop answer late) at 0.74x its delivery level, and the diagnosis named it before
-    // the same-host links (the quiet four-phase run, 2026-12-04).
-    const bool carries_its_rate =
-        delivery > 0 && ls.delivery_ratio >= config_.delivery_clear_fraction;
-    const double rtt_excess =
-        carries_its_rate || !rtt_observable
-            ? 0
-            : std::max(ls.rtt_p50_s / limit, ls.rtt_jitter_s / config_.rtt_jitter_s);
-    const double excess = std::max(rtt_excess, delivery);
+    Diagnosis d;
+    const double excess = linkExcess(f, l, d, rtt_observable);
     if (excess < 1 || excess <= worst_excess) continue;
     worst_excess = excess;
-    out.cause = "congested_link";
-    out.rank = -1;
-    out.link = std::string(linkName(Link(l)));
-    const std::string& peer = delivery >= excess && !ls.delivery_peer_node.empty()
-                                  ? ls.delivery_peer_node
-                                  : ls.worst_peer_node;
-    if (Link(l) == Link::kOtherHost && !peer.empty()) out.link += ":" + peer;
-    out.detail = (Link(l) == Link::kSameHost ? std::string("same-host links")
-                                             : "the inter-host link to " + peer) +
-                 sentence(": RTT p50 %.1f ms, jitter %.1f ms (worst rank %.0f)", ls.rtt_p50_s * 1e3,
-                          ls.rtt_jitter_s * 1e3, double(ls.worst_rank));
-    if (delivery > 0)
-      out.detail += sentence(", delivery rate %.2f Gbit/s, %.2fx its level",
-                             ls.delivery_bytes_per_s * 8e-9, ls.delivery_ratio);
+    out = std::move(d);
   }
   return worst_excess > 0;
 }
@@ -75,9 +82,17 @@ const Diagnosis& Diagnoser::update(const Features& f) {
   return last_;
 }
 
-void Diagnoser::rememberRingLink(const Features& f) {
-  if (f.topology != Topology::kRing || !f.config_consistent) return;
-  if (Diagnosis seen; linkCongestion(f, seen, true)) ring_link_ = seen;
+bool Diagnoser::decided(const Features& f, int link) {
+  if (!f.has_steps || !f.has_links || link < 0 || link >= kLinkCount || !f.config_consistent)
+    return false;
+  const bool on_ring = f.topology == Topology::kRing;
+  Diagnosis d;
+  if (linkExcess(f, link, d, on_ring) < 1) return false;
+  if (on_ring) ring_link_ = d;
+  last_ = std::move(d);
+  candidate_ = {};
+  candidate_steps_ = 0;
+  return true;
 }
 
 Diagnosis Diagnoser::raw(const Features& f) {

@@ -28,6 +28,9 @@ struct Decision {
   // the decisions log.
   std::string_view reason = "";
   std::string detail;
+  // The link class whose congestion the move answers (a Link; RulesPolicy::kRdmaLink for RDMA),
+  // -1 for a move on anything else: the diagnosis names that link at once (Diagnoser::decided).
+  int link = -1;
 };
 
 class Policy {

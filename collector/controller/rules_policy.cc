@@ -362,6 +362,7 @@ void RulesPolicy::climb(const Features& f, Decision& d, Signal signal, int wante
   d.to.topology = ends_probe ? descent_trial_from_ : topologyAt(wanted);
   d.reason = signal == Signal::kSevere ? "severe_congestion" : "congestion";
   d.detail = why;
+  d.link = link;
   // A link that only its delivery rate showed congested (BBR keeps the RTT low: netlab's
   // uplink) is not cleared by its RTT, least of all on hierarchical, whose leaders' RTT sat
   // under the low thresholds through the throttle at times. Back from a failed probe, the

@@ -270,10 +270,12 @@ class ReactOnly final : public Policy {
       d.to.topology = Topology::kHierarchical;
       d.reason = "congestion";
       d.detail = "between steps";
+      d.link = link;
     }
     return d;
   }
   bool go = false;
+  int link = -1;
   int decides = 0, reacts = 0;
 };
 
@@ -320,6 +322,30 @@ TEST_F(ControllerServiceTest, ATickSendsADecisionOfReactAtOnceAndWaitsWhileOneIs
   ASSERT_FALSE(log.empty());
   EXPECT_EQ(log.back()["event"], "decision");
   EXPECT_EQ(log.back()["detail"], "between steps");
+}
+
+// A move on a link's congestion names that link in the diagnosis at once, without the two
+// steps' hold, and the decision's log line carries it.
+TEST_F(ControllerServiceTest, AMoveOnALinkNamesItInTheDiagnosisBeforeTheDecision) {
+  ReactOnly* policy = nullptr;
+  auto svc = reactOnlyAfterAStep(policy);
+  ASSERT_TRUE(svc);
+  JobState j;
+  j.same_host = {12e-3, 40e-3, 7e6};
+  j.other_host = {1.3e-3, 6.5e-3, 6e6};
+  store_.set(snapshotsOf(j));
+  policy->go = true;
+  policy->link = int(Link::kSameHost);
+  svc->onTick(store_, 100'000'000);
+  ASSERT_TRUE(trainer_.receive(std::chrono::seconds(2)));
+  auto log = readLog(log_);
+  ASSERT_GE(log.size(), 2u);
+  const nlohmann::json& diagnosis = log[log.size() - 2];
+  EXPECT_EQ(diagnosis["event"], "diagnosis");
+  EXPECT_EQ(diagnosis["cause"], "congested_link");
+  EXPECT_EQ(diagnosis["link"], "same_host");
+  EXPECT_EQ(log.back()["event"], "decision");
+  EXPECT_EQ(log.back()["diagnosis"]["link"], "same_host");
 }
 
 // A step slower than the looks' window (netlab's ring on throttled lo: 1.3 s against 500 ms)

@@ -92,6 +92,26 @@ TEST(Diagnosis, AnInterHostLinkCarryingItsRateIsNotTheSlowOne) {
   EXPECT_EQ(g.link, "same_host") << g.detail;
 }
 
+// A failed re-probe of the ring under throttled lo: the ranks behind the throttled same-host
+// hop answer late, so the inter-host RTT reads higher than the same-host one (the demo: 11 ms,
+// delivery 0.31-0.54x its level) and the worst class is other_host. The controller climbed back
+// on the same-host links: that is what is named and carried on hierarchical.
+TEST(Diagnosis, TheLinkTheControllerMovedOnIsCarriedNotTheRingsWorstRtt) {
+  DeliveryRing r;
+  r.j.same_host = {6e-3, 26e-3, 7e6};
+  r.j.other_host.rtt_p50 = 11e-3;
+  r.j.other_host.delivery = 0.5e9;
+  const Features& look = r.ex.update(snapshotsOf(r.j), r.next());
+  ASSERT_TRUE(r.d.decided(look, int(Link::kSameHost)));
+  EXPECT_EQ(r.d.last().link, "same_host") << r.d.last().detail;
+  r.j.topology = int(Topology::kHierarchical);
+  r.j.same_host = {};
+  r.j.other_host = {2e-3, 9e-3, 6e6};
+  const Diagnosis& g = r.held();
+  EXPECT_EQ(g.link, "same_host") << g.detail;
+  EXPECT_TRUE(g.carried);
+}
+
 // On hierarchical the inter-host RTT is its leaders' own pattern, but the delivery rate still
 // shows a throttled uplink once hierarchical has a level of its own (features.h): named there
 // too.
@@ -108,12 +128,18 @@ TEST(Diagnosis, AThrottledUplinkIsNamedOnHierarchicalByItsDeliveryRate) {
 }
 
 // The controller moved off the ring on a look between steps, before any window step diagnosed
-// the link: what that look saw is carried on hierarchical, whose own level does not show it.
-TEST(Diagnosis, ALinkSeenByTheLookThatLeftTheRingIsCarried) {
+// the link: the link it moved on is the diagnosis at once, and is carried on hierarchical,
+// whose own level does not show it.
+TEST(Diagnosis, ALinkTheControllerMovedOnIsNamedAtOnceAndCarried) {
   DeliveryRing r;
   JobState throttled = r.j;
   throttled.other_host.delivery = 0.1e9;
-  r.d.rememberRingLink(r.ex.update(snapshotsOf(throttled), r.next()));
+  const Features& look = r.ex.update(snapshotsOf(throttled), r.next());
+  EXPECT_FALSE(r.d.decided(look, int(Link::kSameHost))) << "same-host links were clear";
+  EXPECT_EQ(r.d.last().cause, "none");
+  ASSERT_TRUE(r.d.decided(look, int(Link::kOtherHost)));
+  EXPECT_EQ(r.d.last().cause, "congested_link");
+  EXPECT_EQ(r.d.last().link, "other_host:node1") << r.d.last().detail;
   r.j.topology = int(Topology::kHierarchical);
   r.j.same_host = {};
   r.j.other_host.rtt_p50 = 6e-3;
