@@ -102,6 +102,9 @@ TEST(Diagnosis, TheLinkTheControllerMovedOnIsCarriedNotTheRingsWorstRtt) {
   r.j.other_host.rtt_p50 = 11e-3;
   r.j.other_host.delivery = 0.5e9;
   const Features& look = r.ex.update(snapshotsOf(r.j), r.next());
+  Diagnoser held_alone;  // what the window steps alone would name: the worst RTT
+  EXPECT_EQ(settle(held_alone, look).link.rfind("other_host", 0), 0u)
+      << settle(held_alone, look).detail;
   ASSERT_TRUE(r.d.decided(look, int(Link::kSameHost)));
   EXPECT_EQ(r.d.last().link, "same_host") << r.d.last().detail;
   r.j.topology = int(Topology::kHierarchical);
