@@ -113,6 +113,21 @@ bool BanditPolicy::linkChange(const Features& f, size_t cur) {
   return true;
 }
 
+int BanditPolicy::worstRingLink(const Features& f) {
+  static const RulesConfig kRules;
+  int worst = -1;
+  double worst_excess = 1;
+  for (int l = 0; l < kLinkCount; ++l) {
+    const LinkSignals& ls = f.links[l];
+    const double high = Link(l) == Link::kSameHost ? kRules.same_host_rtt_p50_high_s
+                                                   : kRules.other_host_rtt_p50_high_s;
+    if (!ls.seen || ls.rtt_p50_s / high < worst_excess) continue;
+    worst_excess = ls.rtt_p50_s / high;
+    worst = l;
+  }
+  return worst;
+}
+
 // linkChange()'s fast form between steps: on the ring, a link class far past its threshold (the
 // rules' decisive_signal_factor) with the latest reading (the step in flight counted) at or below
 // the rules' congestion_throughput_fraction of `level`. Counts nothing per step.
@@ -164,6 +179,7 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
                 "steps)",
                 f.samples_per_s, stint_mean_);
   link_changed_ = true;
+  changed_link_ = worstRingLink(f);
   const int settle_steps = config_.settle_steps * per_step_;
   noteChange(f, size_t(cur), settle_steps);
   return explore(size_t(cur), current, true, why, settle_steps, config_.trial_steps * per_step_);
@@ -305,6 +321,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   link_changed_ = false;
   if (!trial_ && !changed && linkChange(f, size_t(cur))) {
     changed = link_changed_ = true;
+    changed_link_ = worstRingLink(f);
     change_why = "ring link RTT";
   }
   if (changed) noteChange(f, size_t(cur), settle_steps);
@@ -434,6 +451,7 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
     std::string detail = changed ? std::string(change_why) + " change; " + buf : buf;
     d = move(candidate, size_t(cur), changed ? "change_detected" : "explore", detail, true, false);
     trial_->upper_bound = changed && link_changed_;
+    if (changed && link_changed_) d.link = changed_link_;
     return d;
   }
   // The way back: the arm a change drove us from, re-probed with a backoff.

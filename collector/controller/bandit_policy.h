@@ -168,6 +168,11 @@ class BanditPolicy final : public Policy {
   int left_origin_step_ = 0;
   int last_move_step_ = 0;
   bool link_changed_ = false;  // the last change was seen on the links (this step)
+  // The link class that change was seen on (a Link; -1 none): Decision::link of the move it
+  // makes, so the diagnosis names the link at the move as it does for the rules.
+  int changed_link_ = -1;
+  // On the ring: the link class furthest over its RTT threshold (-1: none over it).
+  static int worstRingLink(const Features& f);
   // The change was seen with a flat topology's same-host links congested: re-explore the arms
   // that keep same-host gradients off TCP (hierarchical) first.
   bool same_host_congested_ = false;

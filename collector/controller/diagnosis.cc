@@ -1,18 +1,10 @@
 #include "collector/controller/diagnosis.h"
 
 #include <algorithm>
-#include <cstdio>
+
+#include "collector/controller/figures.h"
 
 namespace bpftrain::collector::controller {
-namespace {
-
-std::string sentence(const char* format, double a, double b, double c = 0) {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, format, a, b, c);
-  return buf;
-}
-
-}  // namespace
 
 double Diagnoser::linkExcess(const Features& f, int l, Diagnosis& out, bool rtt_observable) const {
   const LinkSignals& ls = f.links[size_t(l)];
@@ -44,11 +36,11 @@ double Diagnoser::linkExcess(const Features& f, int l, Diagnosis& out, bool rtt_
   if (Link(l) == Link::kOtherHost && !peer.empty()) out.link += ":" + peer;
   out.detail = (Link(l) == Link::kSameHost ? std::string("same-host links")
                                            : "the inter-host link to " + peer) +
-               sentence(": RTT p50 %.1f ms, jitter %.1f ms (worst rank %.0f)", ls.rtt_p50_s * 1e3,
-                        ls.rtt_jitter_s * 1e3, double(ls.worst_rank));
+               figures(": RTT p50 %.1f ms, jitter %.1f ms (worst rank %.0f)", ls.rtt_p50_s * 1e3,
+                       ls.rtt_jitter_s * 1e3, double(ls.worst_rank));
   if (delivery > 0)
-    out.detail += sentence(", delivery rate %.2f Gbit/s, %.2fx its level",
-                           ls.delivery_bytes_per_s * 8e-9, ls.delivery_ratio);
+    out.detail += figures(", delivery rate %.2f Gbit/s, %.2fx its level",
+                          ls.delivery_bytes_per_s * 8e-9, ls.delivery_ratio);
   return excess;
 }
 
@@ -120,33 +112,33 @@ Diagnosis Diagnoser::raw(const Features& f) {
   if (f.ranks > 1 && f.straggler_ratio >= config_.straggler_ratio) {
     d.cause = "straggler";
     d.rank = f.slowest_rank;
-    d.detail = sentence("rank %.0f's step p50 %.1f ms is %.2fx the median rank's",
-                        double(f.slowest_rank), f.slowest_step_p50_s * 1e3, f.straggler_ratio);
+    d.detail = figures("rank %.0f's step p50 %.1f ms is %.2fx the median rank's",
+                       double(f.slowest_rank), f.slowest_step_p50_s * 1e3, f.straggler_ratio);
   } else if ((f.numa_remote_faults_per_s > 0 &&
               f.remote_fault_share >= config_.remote_fault_share) ||
              node_moves >= config_.node_migrations_per_s) {
     d.cause = "memory_placement";
-    d.detail = sentence("remote NUMA fault share %.2f, node migrations %.1f/s",
-                        f.remote_fault_share, node_moves);
+    d.detail = figures("remote NUMA fault share %.2f, node migrations %.1f/s", f.remote_fault_share,
+                       node_moves);
   } else if (f.runqueue_wait_s_per_s >= config_.runqueue_wait_s_per_s) {
     d.cause = "cpu_contention";
     if (f.runner_up_wait_s_per_s >= config_.runqueue_wait_s_per_s) {
       // Two or more ranks wait: the host's CPUs are short, which is no one rank's doing. Naming
       // whichever waited most would flip between ranks every few steps (a soak at load 10 logged
       // 694 such lines in 30 minutes), each a line in the log and the decisions log.
-      d.detail = sentence(
+      d.detail = figures(
           "two or more ranks' threads waited for a CPU, the most %.0f ms per second and the next "
           "%.0f (cpu+llc migrations %.0f/s)",
           f.runqueue_wait_s_per_s * 1e3, f.runner_up_wait_s_per_s * 1e3, cpu_moves);
     } else {
       d.rank = f.most_waiting_rank;
-      d.detail = sentence(
+      d.detail = figures(
           "rank %.0f's threads waited %.0f ms per second for a CPU (cpu+llc migrations %.0f/s)",
           double(f.most_waiting_rank), f.runqueue_wait_s_per_s * 1e3, cpu_moves);
     }
   } else if (f.tlb_flushes_per_s >= config_.tlb_flushes_per_s) {
     d.cause = "tlb_storm";
-    d.detail = sentence("TLB shootdowns %.0f/s", f.tlb_flushes_per_s, 0);
+    d.detail = figures("TLB shootdowns %.0f/s", f.tlb_flushes_per_s, 0);
   }
   return d;
 }

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
+
+#include "collector/controller/figures.h"
 
 namespace bpftrain::collector::controller {
 namespace {
@@ -29,243 +30,7 @@ Topology topologyAt(int level) {
   return kLadder[std::clamp(level, 0, 2)];
 }
 
-std::string fmt(const char* f, double a, double b) {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, f, a, b);
-  return buf;
-}
-
 }  // namespace
-
-RulesPolicy::Signal RulesPolicy::classifyTransport(const TransportView& v, std::string& why) const {
-  const RulesConfig& c = config_;
-  // Checked in order: the first threshold a signal reaches names the reason.
-  struct Trigger {
-    const char* what;
-    const char* unit;
-    double TransportView::*value;
-    double RulesConfig::*threshold;
-    Signal signal;
-  };
-  static constexpr Trigger kTriggers[] = {
-      {"queued_bytes_p99", "B", &TransportView::queued_bytes_p99, &RulesConfig::queued_bytes_severe,
-       Signal::kSevere},
-      {"rtt_jitter", "s", &TransportView::rtt_jitter_s, &RulesConfig::rtt_jitter_severe_s,
-       Signal::kSevere},
-      {"queued_bytes_p99", "B", &TransportView::queued_bytes_p99, &RulesConfig::queued_bytes_high,
-       Signal::kCongested},
-      {"rtt_jitter", "s", &TransportView::rtt_jitter_s, &RulesConfig::rtt_jitter_high_s,
-       Signal::kCongested},
-  };
-  for (const Trigger& t : kTriggers) {
-    const double value = v.*t.value, threshold = c.*t.threshold;
-    if (value < threshold) continue;
-    const bool bytes = t.unit[0] == 'B';
-    char buf[160];
-    std::snprintf(buf, sizeof buf, bytes ? "%s=%.0f%s >= %s%.0f%s" : "%s=%.4f%s >= %s%.4f%s",
-                  t.what, value, t.unit, t.signal == Signal::kSevere ? "severe " : "", threshold,
-                  t.unit);
-    why = buf;
-    return t.signal;
-  }
-  if (v.rtt_p50_s >= v.rtt_p50_high_s) {
-    why = fmt("rtt_p50=%.4fs >= %.4fs", v.rtt_p50_s, v.rtt_p50_high_s);
-    return Signal::kCongested;
-  }
-  if (v.delivery_ratio > 0 && v.delivery_ratio <= c.delivery_drop_fraction) {
-    why = fmt("delivery rate %.2fx its level <= %.2fx", v.delivery_ratio, c.delivery_drop_fraction);
-    return Signal::kCongested;
-  }
-  // No bandwidth test here: a rung's bandwidth swings with CPU load on a shared host (the demo
-  // saw hierarchical at 0.75x its congested-phase best after the congestion lifted). A false
-  // all-clear costs one retry of the lower rung, and failed retries back off (decide()).
-  // Queued bytes are capped by the socket buffers (primed to wmem_max), so with large gradients
-  // they sit near the low threshold congested or not (8.29 MB in the demo's clear phase): only
-  // RTT needs to fall below its low thresholds; queue depth must merely not signal congestion.
-  if (v.rtt_clears && v.queued_bytes_p99 < c.queued_bytes_high &&
-      v.rtt_jitter_s < c.rtt_jitter_low_s && v.rtt_p50_s < v.rtt_p50_low_s &&
-      (v.delivery_ratio <= 0 || v.delivery_ratio >= c.delivery_clear_fraction)) {
-    why = fmt("rtt_p50=%.4fs, rtt_jitter=%.4fs below the low thresholds", v.rtt_p50_s,
-              v.rtt_jitter_s);
-    if (v.delivery_ratio > 0) why += fmt(", delivery rate %.2fx its level", v.delivery_ratio, 0);
-    return Signal::kClear;
-  }
-  // No all-clear from the delivery rate alone, though hierarchical's leaders keep other_host
-  // RTT around the low thresholds with nothing throttled (p50 0.4-4.0 ms, jitter 8-19 ms): on
-  // netlab's uplink phase hierarchical read only 0.43-0.71x its clear level (2.0-2.2 GB/s),
-  // and the readings above kDeliveryDropFraction are learned, so the level eroded to 1.1-1.3
-  // GB/s by the phase's end (five-phase.json, 2026-12-04): an all-clear at 0.6x fires inside
-  // the throttle, and in the run that tried it stepped down into it three times in 25 s.
-  why = "between thresholds";
-  return Signal::kNeutral;
-}
-
-RulesPolicy::Signal RulesPolicy::classifyRdma(const RdmaSignals& r, std::string& why) const {
-  const RulesConfig& c = config_;
-  const double loss = r.lossRatio();
-  const bool latency = c.rdma_completion_p50_high_s > 0;  // 0: not calibrated, off
-  const bool tail = c.rdma_completion_p99_high_s > 0;     // likewise
-  if (latency && r.completion_p50_s >= c.rdma_completion_p50_high_s) {
-    why = fmt("completion_p50=%.4fs >= %.4fs", r.completion_p50_s, c.rdma_completion_p50_high_s);
-    return Signal::kCongested;
-  }
-  if (tail && r.completion_p99_s >= c.rdma_completion_p99_high_s) {
-    why = fmt("completion_p99=%.4fs >= %.4fs", r.completion_p99_s, c.rdma_completion_p99_high_s);
-    return Signal::kCongested;
-  }
-  if (loss >= c.rdma_loss_ratio_high) {
-    why = fmt("loss %.4f per packet >= %.4f", loss, c.rdma_loss_ratio_high);
-    return Signal::kCongested;
-  }
-  if ((!latency || r.completion_p50_s < c.rdma_completion_p50_low_s) &&
-      (!tail || r.completion_p99_s < c.rdma_completion_p99_low_s) && loss < c.rdma_loss_ratio_low) {
-    why = fmt("loss %.4f per packet, completion_p50=%.4fs below the low thresholds", loss,
-              r.completion_p50_s);
-    return Signal::kClear;
-  }
-  why = "between thresholds";
-  return Signal::kNeutral;
-}
-
-bool RulesPolicy::rdmaReports(const Features& f) {
-  // This job's work requests (the verbs probes' completions) over ports that moved packets: port
-  // counters alone (no work request of the job in the window) say nothing about its traffic.
-  return f.rdma.seen && f.rdma.completion_p99_s > 0 && f.rdma.packets_per_s > 0;
-}
-
-RulesPolicy::Signal RulesPolicy::classifyLink(const Features& f, int link, std::string& why,
-                                              bool* seen) const {
-  std::string link_why;
-  Signal s = Signal::kNeutral;
-  if (link == kRdmaLink) {
-    *seen = rdmaReports(f);
-    if (*seen) s = classifyRdma(f.rdma, link_why);
-  } else {
-    const LinkSignals& ls = f.links[size_t(link)];
-    *seen = f.has_transport && f.has_links && ls.seen;
-    if (*seen) s = classifyTransport(viewOf(ls, Link(link)), link_why);
-  }
-  why = std::string(triggerName(link)) + ": " + link_why;
-  return s;
-}
-
-std::string_view RulesPolicy::triggerName(int link) {
-  return link == kRdmaLink ? "rdma" : linkName(Link(link));
-}
-
-RulesPolicy::TransportView RulesPolicy::viewOf(const LinkSignals& ls, Link link) const {
-  const bool same = link == Link::kSameHost;
-  const bool trigger = int(link) == trigger_link_;
-  return {ls.queued_bytes_p99,
-          ls.rtt_jitter_s,
-          ls.rtt_p50_s,
-          same ? config_.same_host_rtt_p50_high_s : config_.other_host_rtt_p50_high_s,
-          same ? config_.same_host_rtt_p50_low_s : config_.other_host_rtt_p50_low_s,
-          same ? 0.0 : ls.delivery_ratio,
-          /*rtt_clears=*/!(trigger && trigger_by_delivery_)};
-}
-
-RulesPolicy::Signal RulesPolicy::classify(const Features& f, std::string& why, int* link) const {
-  const RulesConfig& c = config_;
-  *link = -1;
-  {
-    // The worst link class decides (RDMA is one more class: a congested RDMA link moves the job
-    // like a congested TCP one); a class with no traffic in the window says nothing.
-    Signal worst = Signal::kClear;
-    bool any = false;
-    for (int l = 0; l <= kRdmaLink; ++l) {
-      bool seen = false;
-      std::string link_why;
-      const Signal s = classifyLink(f, l, link_why, &seen);
-      if (!seen) continue;
-      if (!any || s > worst) {
-        worst = s;
-        *link = l;
-        why = std::move(link_why);
-      }
-      any = true;
-    }
-    // Unlabelled TCP series (older probes) are judged on the totals below.
-    if (any && (f.has_links || !f.has_transport)) return worst;
-    if (any && worst > Signal::kNeutral) return worst;
-    *link = -1;
-  }
-  if (f.has_transport)
-    return classifyTransport(
-        {f.queued_bytes_p99, f.rtt_jitter_s, f.rtt_p50_s, c.rtt_p50_high_s, c.rtt_p50_low_s}, why);
-  // No transport probe: judge by bus bandwidth against the best seen (busbw is normalised the
-  // same way for every algorithm, so the comparison holds across topologies).
-  if (f.busbw_window <= 0 || ring_busbw_best_ <= 0) {
-    why = "no transport or bandwidth signal";
-    return Signal::kNeutral;
-  }
-  double ratio = f.busbw_window / ring_busbw_best_;
-  if (ratio < c.busbw_drop_fraction) {
-    why = fmt("busbw at %.2f of best (< %.2f), no transport probe", ratio, c.busbw_drop_fraction);
-    return Signal::kCongested;
-  }
-  if (ratio >= c.busbw_clear_fraction) {
-    why = fmt("busbw at %.2f of best (>= %.2f), no transport probe", ratio, c.busbw_clear_fraction);
-    return Signal::kClear;
-  }
-  why = "busbw between thresholds";
-  return Signal::kNeutral;
-}
-
-double RulesPolicy::pinSignal(const Features& f, PinMode mode) {
-  // Cross-node events per second: a task moved to another node, or a NUMA hinting fault on memory
-  // of another node. Either may have caused a move to numa, and a trial that judged node moves
-  // alone could not see the benefit of one caused by misplaced memory (no node moves at all).
-  if (mode == PinMode::kNuma)
-    return f.migrations_per_s[int(MigrationScope::kNode)] + f.numa_remote_faults_per_s;
-  return f.migrations_per_s[int(MigrationScope::kCpu)] +
-         f.migrations_per_s[int(MigrationScope::kLlc)];
-}
-
-bool RulesPolicy::pinTrialUndo(const Features& f, const Arm& current, int64_t now_ns,
-                               std::string& why) {
-  if (!pin_trial_) return false;
-  PinTrial& t = *pin_trial_;
-  if (current.pinning != t.mode) {
-    // Not applied yet (the trainer switches at a step boundary), or moved by someone else.
-    if (now_ns - t.decided_ns > 2 * (config_.pin_settle + config_.pin_measure).count())
-      pin_trial_.reset();
-    return false;
-  }
-  if (current.topology != t.topology) {
-    pin_trial_.reset();  // no verdict: before and after ran different topologies
-    return false;
-  }
-  if (t.applied_ns < 0) t.applied_ns = now_ns;
-  const int64_t since = now_ns - t.applied_ns;
-  if (since < config_.pin_settle.count()) return false;
-  t.sum_samples += f.samples_per_s;
-  t.sum_signal += pinSignal(f, t.mode);
-  ++t.n;
-  const double after = t.sum_samples / t.n, after_signal = t.sum_signal / t.n;
-  const double gain = t.before_samples_per_s > 0 ? after / t.before_samples_per_s - 1 : 0;
-  const double early_bar =
-      std::max(config_.pin_early_loss, config_.pin_early_noise_factor * t.before_noise);
-  t.early_hits =
-      t.before_samples_per_s > 0 && f.samples_per_s <= (1 - early_bar) * t.before_samples_per_s
-          ? t.early_hits + 1
-          : 0;
-  const bool early = since >= (config_.pin_settle + config_.pin_early_measure).count() &&
-                     t.early_hits >= config_.pin_early_readings && gain <= -early_bar;
-  if (!early && since < (config_.pin_settle + config_.pin_measure).count()) return false;
-  const bool harm = gain < -config_.pin_loss;
-  const bool better = gain >= config_.pin_gain;
-  const bool calmer =
-      t.before_signal > 0 && after_signal <= (1 - config_.pin_signal_drop) * t.before_signal;
-  char buf[200];
-  std::snprintf(buf, sizeof buf,
-                "pinning %s: samples/s %.0f -> %.0f (%+.1f%%), its signal %.1f/s -> %.1f/s%s",
-                std::string(pinModeName(t.mode)).c_str(), t.before_samples_per_s, after, gain * 100,
-                t.before_signal, after_signal, early ? " (early)" : "");
-  why = buf;
-  pin_trial_.reset();
-  return early || harm || !(better || calmer);
-}
 
 std::optional<RulesPolicy::TrialResult> RulesPolicy::measureTrial(
     std::optional<DescentTrial>& trial, const Features& f, const Arm& current, int64_t now_ns) {
@@ -290,39 +55,6 @@ std::optional<RulesPolicy::TrialResult> RulesPolicy::measureTrial(
 void RulesPolicy::startDescentTrial(Topology from, Topology to, int64_t now_ns) {
   descent_trial_ = DescentTrial{to, now_ns, samples_ewma_};
   descent_trial_from_ = from;
-}
-
-// The window mean lags the congestion by up to a window (1 s); the latest reading (which
-// includes a step still running: trainer/telemetry) is current but is one rank's one step. The
-// window that far down counts at once; the latest reading only with the signal far past its
-// threshold (decisive_signal_factor, farPast()), when the window of a job whose first slow step
-// is still running lags by that whole step. A latest reading far down with a signal near its
-// threshold counts as one step like any other: in controller_e2e_test's unshaped steady state
-// (load 6-9.5, another agent's guest running) one read same_host 5.4 ms (1.07x) with the latest
-// 0.43x and the window 0.68x calm, and climbed. (On netlab the throttled ring's first slow steps
-// read 101 against 205 calm, but with the RTT far past: the looks between steps catch those.)
-bool RulesPolicy::decisive(const Features& f, int link) const {
-  if (f.samples_per_s_window <= config_.decisive_throughput_fraction * calm_samples_) return true;
-  return farPast(f, link);
-}
-
-bool RulesPolicy::farPast(const Features& f, int link) const {
-  return excess(f, link) >= config_.decisive_signal_factor && f.samples_per_s > 0 &&
-         f.samples_per_s <= config_.congestion_throughput_fraction * calm_samples_;
-}
-
-double RulesPolicy::excess(const Features& f, int link) const {
-  if (link == kRdmaLink)
-    return config_.rdma_loss_ratio_high > 0 ? f.rdma.lossRatio() / config_.rdma_loss_ratio_high : 0;
-  if (link < 0 || !f.has_links) return 0;
-  const LinkSignals& ls = f.links[size_t(link)];
-  const TransportView v = viewOf(ls, Link(link));
-  if (!ls.seen) return 0;
-  const double rtt = v.rtt_p50_high_s > 0 ? v.rtt_p50_s / v.rtt_p50_high_s : 0;
-  // A delivery rate at a fifth of its level is 2x past a 0.4 threshold.
-  const double delivery =
-      v.delivery_ratio > 0 ? config_.delivery_drop_fraction / v.delivery_ratio : 0;
-  return std::max(rtt, delivery);
 }
 
 bool RulesPolicy::settlingAfterDescent(int64_t now_ns) const {
@@ -394,9 +126,9 @@ void RulesPolicy::climb(const Features& f, Decision& d, Signal signal, int wante
         (same_cause || ends_probe)) {
       cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
       reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
-      d.detail += fmt("; the last step down failed after %.1fs: next probe after %.0fs",
-                      double(now_ns - last_descent_ns_) * 1e-9,
-                      double(by_link || link >= 0 ? reprobe_ns_ : cooldown_ns_) * 1e-9);
+      d.detail += figures("; the last step down failed after %.1fs: next probe after %.0fs",
+                          double(now_ns - last_descent_ns_) * 1e-9,
+                          double(by_link || link >= 0 ? reprobe_ns_ : cooldown_ns_) * 1e-9);
     } else {
       cooldown_ns_ = config_.cooldown.count();
       reprobe_ns_ = config_.reprobe_after.count();
@@ -418,9 +150,11 @@ Decision RulesPolicy::react(const Features& f, const Arm& current, int64_t now_n
     react_looks_ = 0;
     return d;
   }
-  if (++react_looks_ < config_.react_looks) return d;
-  why += fmt(" (%.1fx the threshold; latest samples/s %.0f, ", excess(f, link), f.samples_per_s) +
-         fmt("%.0f calm: decisive between steps)", calm_samples_, 0);
+  const int looks = excess(f, link) >= config_.react_single_look_factor ? 1 : config_.react_looks;
+  if (++react_looks_ < looks) return d;
+  why +=
+      figures(" (%.1fx the threshold; latest samples/s %.0f, ", excess(f, link), f.samples_per_s) +
+      figures("%.0f calm: decisive between steps)", calm_samples_, 0);
   const bool by_link = trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
   climb(f, d, signal, wanted, link, why, by_link, now_ns);
   moved(d, current, false, now_ns);
@@ -462,13 +196,14 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
         std::max(0, signal_steps_ - (config_.no_reference_steps - config_.escalate_steps));
   } else if (decisive(f, link)) {
     congested_steps_ = std::max(congested_steps_ + 1, config_.escalate_steps);
-    why += fmt(" (samples/s %.0f, %.0f calm: decisive)",
-               std::min(f.samples_per_s, f.samples_per_s_window), calm_samples_);
+    why += figures(" (samples/s %.0f, %.0f calm: decisive)",
+                   std::min(f.samples_per_s, f.samples_per_s_window), calm_samples_);
   } else if (f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_) {
     ++congested_steps_;
   } else {
     congested_steps_ = 0;
-    why += fmt(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
+    why +=
+        figures(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
   }
   // A slowdown the links do not show: throughput down and the allreduce's share of the step up
   // against this rung's calm levels, which stop following while it holds.
@@ -558,8 +293,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   double slower_loss = 0;  // the share of throughput the failed step down gave up
   if (const std::optional<TrialResult> r = measureTrial(descent_trial_, f, current, now_ns);
       r && r->after < (1 - config_.probe_loss) * r->before) {
-    slower_why = fmt("samples/s %.0f on the lower rung against %.0f before the step down", r->after,
-                     r->before);
+    slower_why = figures("samples/s %.0f on the lower rung against %.0f before the step down",
+                         r->after, r->before);
     slower_loss = 1 - r->after / r->before;
   }
   // The slowdown probe's verdict: the higher rung must run faster than the slow one it left.
@@ -567,8 +302,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   bool ascent_failed = false;
   if (const std::optional<TrialResult> r = measureTrial(ascent_trial_, f, current, now_ns)) {
     ascent_failed = r->after < (1 + config_.slowdown_gain) * r->before;
-    ascent_why =
-        fmt("samples/s %.0f on the higher rung against %.0f on the slow one", r->after, r->before);
+    ascent_why = figures("samples/s %.0f on the higher rung against %.0f on the slow one", r->after,
+                         r->before);
     if (!ascent_failed) {
       hidden_trigger_ = true;
       trigger_link_ = -1;
@@ -579,7 +314,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.change = true;
     d.to.topology = ascent_from_;
     d.reason = "probe_slower";
-    d.detail = ascent_why + fmt("; the slow level is this rung's calm now; next slowdown probe "
+    d.detail = ascent_why + figures(
+                                "; the slow level is this rung's calm now; next slowdown probe "
                                 "after %.0fs",
                                 double(slowdown_retry_ns_) * 1e-9, 0);
     slowdown_blocked_until_ns_ = now_ns + slowdown_retry_ns_;
@@ -594,8 +330,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
       failed_probe_cost_ns_ = int64_t(double(now_ns - last_descent_ns_) * slower_loss);
     cooldown_ns_ = std::min(2 * cooldown_ns_, int64_t(config_.max_cooldown.count()));
     reprobe_ns_ = std::min(2 * reprobe_ns_, int64_t(config_.max_reprobe_after.count()));
-    d.detail += fmt("; next probe after %.0fs (cooldown %.0fs)", double(reprobe_ns_) * 1e-9,
-                    double(cooldown_ns_) * 1e-9);
+    d.detail += figures("; next probe after %.0fs (cooldown %.0fs)", double(reprobe_ns_) * 1e-9,
+                        double(cooldown_ns_) * 1e-9);
   } else if (escalate_ok && congested_steps_ >= config_.escalate_steps &&
              (!settlingAfterDescent(now_ns) || signal == Signal::kSevere || farPast(f, link))) {
     climb(f, d, signal, wanted, link, why, by_link, now_ns);
@@ -606,15 +342,15 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.to.topology = topologyAt(level + 1);
     d.reason = "slowdown";
     d.detail =
-        fmt("samples/s %.0f against %.0f calm", f.samples_per_s_window, calm_samples_) +
-        fmt(", allreduce share %.2f against %.2f calm, for ", f.allreduce_share, calm_share_) +
-        fmt("%.1fs with no link signal: trying the next rung (kept if %.0f%% faster)",
-            double(now_ns - slow_since_ns_) * 1e-9, config_.slowdown_gain * 100);
+        figures("samples/s %.0f against %.0f calm", f.samples_per_s_window, calm_samples_) +
+        figures(", allreduce share %.2f against %.2f calm, for ", f.allreduce_share, calm_share_) +
+        figures("%.1fs with no link signal: trying the next rung (kept if %.0f%% faster)",
+                double(now_ns - slow_since_ns_) * 1e-9, config_.slowdown_gain * 100);
     // Judged against the slow level itself: the smoothed one still carries the calm steps
     // before the slowdown (netlab's uplink phase: 345 against a slow ring's 290-304 samples/s,
     // which failed a hierarchical that ran 342).
     const double slow_level = slow_n_ > 0 ? slow_sum_ / slow_n_ : samples_ewma_;
-    d.detail += fmt("; the slow level %.0f samples/s", slow_level, 0);
+    d.detail += figures("; the slow level %.0f samples/s", slow_level, 0);
     ascent_trial_ = DescentTrial{topologyAt(level + 1), now_ns, slow_level};
     ascent_from_ = current.topology;
   } else if (dwell_ok && clear_since_ns_ >= 0 && now_ns - clear_since_ns_ >= hold) {
@@ -622,8 +358,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.to.topology = topologyAt(level - 1);
     d.reason = "clear";
     startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
-    d.detail = clear_why + fmt(" for %.1fs (hold %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
-                               double(hold) * 1e-9);
+    d.detail = clear_why + figures(" for %.1fs (hold %.1fs)",
+                                   double(now_ns - clear_since_ns_) * 1e-9, double(hold) * 1e-9);
     last_descent_ns_ = now_ns;
   } else if (std::string reprobe_why; dwell_ok && (by_link || hidden_trigger_) && level > 0 &&
                                       signal != Signal::kSevere && !still_congested &&
@@ -635,23 +371,21 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.reason = "reprobe";
     startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
     d.detail = std::string(trigger_link_ >= 0 ? triggerName(trigger_link_) : "the slowdown") +
-               fmt(" cannot be judged on this rung; probing the lower one after %.0fs",
-                   double(now_ns - on_rung_since_ns_) * 1e-9, 0) +
+               figures(" cannot be judged on this rung; probing the lower one after %.0fs",
+                       double(now_ns - on_rung_since_ns_) * 1e-9, 0) +
                " (" + reprobe_why + ")";
     last_descent_ns_ = now_ns;
   }
 
-  // The pinning trial's verdict; an undone move is not retried for pin_retry_after.
-  std::string trial_why;
-  if (!d.change && pinTrialUndo(f, current, now_ns, trial_why)) {
-    d.change = true;
-    d.to.pinning = PinMode::kNone;
-    d.reason = "pin_undone";
-    d.detail = trial_why + fmt("; undone, not retried for %.0fs",
-                               double(config_.pin_retry_after.count()) * 1e-9, 0);
-    pin_blocked_until_ns_ = now_ns + config_.pin_retry_after.count();
-  }
-  // The "before" of a trial: throughput and signals smoothed over the last few steps.
+  pinTrialVerdict(f, current, d, now_ns);
+  updateTrialBaselines(f);
+  considerPinning(f, current, d, dwell_ok, now_ns);
+  moved(d, current, ascent_failed, now_ns);
+  return d;
+}
+
+// The "before" of a trial: throughput and signals smoothed over the last few steps.
+void RulesPolicy::updateTrialBaselines(const Features& f) {
   if (f.config_consistent && f.samples_per_s > 0) {
     constexpr double kAlpha = 0.25;  // ~2 s at 500 ms steps
     if (samples_ewma_ >= 0)
@@ -661,62 +395,6 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     for (int m = 0; m < kPinModeCount; ++m)
       pin_signal_ewma_[m] += kAlpha * (pinSignal(f, PinMode(m)) - pin_signal_ewma_[m]);
   }
-
-  // Pinning moves once, away from none; it rides along with a topology change or stands alone.
-  if (current.pinning == PinMode::kNone && dwell_ok && !d.change &&
-      now_ns >= pin_blocked_until_ns_) {
-    const double node_moves = f.migrations_per_s[int(MigrationScope::kNode)];
-    const double cpu_moves = pinSignal(f, PinMode::kCompact);
-    std::string pin_why;
-    PinMode want = PinMode::kNone;
-    // Enter at the thresholds; once the signal holds, stay until it falls under the release
-    // fraction of them.
-    const double k = pin_since_ns_ >= 0 ? config_.pin_release_fraction : 1.0;
-    if (node_moves >= k * config_.node_migrations_per_s ||
-        (f.numa_remote_faults_per_s > 0 &&
-         f.remote_fault_share >= k * config_.remote_fault_share)) {
-      want = PinMode::kNuma;
-      pin_why =
-          fmt("node migrations %.1f/s, remote fault share %.2f", node_moves, f.remote_fault_share);
-    } else if (cpu_moves >= k * config_.cpu_migrations_per_s && calm_samples_ > 0 &&
-               f.samples_per_s_window <= (pin_since_ns_ >= 0 ? config_.pin_cost_release_fraction
-                                                             : config_.pin_cost_fraction) *
-                                             calm_samples_) {
-      want = PinMode::kCompact;
-      pin_why =
-          fmt("cpu+llc migrations %.1f/s >= %.1f/s", cpu_moves, k * config_.cpu_migrations_per_s) +
-          fmt(" costing throughput (samples/s %.0f, %.0f calm)", f.samples_per_s_window,
-              calm_samples_);
-    }
-    pin_steps_ = want != PinMode::kNone ? pin_steps_ + 1 : 0;
-    if (want == PinMode::kNone) {
-      pin_since_ns_ = -1;
-    } else if (pin_since_ns_ < 0) {
-      pin_since_ns_ = now_ns;
-    }
-    if (want != PinMode::kNone && pin_steps_ >= config_.escalate_steps &&
-        now_ns - pin_since_ns_ >= config_.pin_sustain.count()) {
-      pin_why += fmt(" for %.1fs (sustain %.1fs)", double(now_ns - pin_since_ns_) * 1e-9,
-                     double(config_.pin_sustain.count()) * 1e-9);
-      if (!d.change) {
-        d.reason = want == PinMode::kNuma ? "cross_node" : "migrations";
-        d.detail = pin_why;
-      } else {
-        d.detail += "; " + pin_why;
-      }
-      d.change = true;
-      d.to.pinning = want;
-      pin_trial_ = PinTrial{want,
-                            d.to.topology,
-                            now_ns,
-                            samples_ewma_,
-                            pin_signal_ewma_[int(want)],
-                            samples_ewma_ > 0 ? samples_dev_ewma_ / samples_ewma_ : 0};
-    }
-  }
-
-  moved(d, current, ascent_failed, now_ns);
-  return d;
 }
 
 int64_t RulesPolicy::reprobeWaitNs(std::string& why) const {
@@ -730,10 +408,10 @@ int64_t RulesPolicy::reprobeWaitNs(std::string& why) const {
     const double payback_s = advantage > 0 ? config_.reprobe_payback * cost_s / advantage : 1e9;
     wait_ns = std::clamp(std::max(wait_ns, int64_t(payback_s * 1e9)), reprobe_ns_,
                          std::max(reprobe_ns_, max_ns));
-    why = fmt("every %.0fs: it ran %+.0f%% calm, ", double(wait_ns) * 1e-9, advantage * 100) +
-          fmt("a failed probe costs %.1fs", cost_s, 0);
+    why = figures("every %.0fs: it ran %+.0f%% calm, ", double(wait_ns) * 1e-9, advantage * 100) +
+          figures("a failed probe costs %.1fs", cost_s, 0);
   } else {
-    why = fmt("every %.0fs", double(wait_ns) * 1e-9, 0);
+    why = figures("every %.0fs", double(wait_ns) * 1e-9, 0);
   }
   return wait_ns;
 }

@@ -491,6 +491,7 @@ TEST(BanditPolicy, BetweenStepsAFarPastRingLinkStartsTheFirstTrial) {
     ASSERT_TRUE(d.change);
     EXPECT_EQ(d.to.topology, Topology::kHierarchical);
     EXPECT_EQ(d.reason, "change_detected");
+    EXPECT_EQ(d.link, int(Link::kSameHost)) << "the diagnosis names the link at the move";
     EXPECT_NE(d.detail.find("between steps"), std::string::npos) << d.detail;
     EXPECT_EQ(p.changesDetected(), changes + 1);
     // The trial runs from the next step on: hierarchical at 3x the throttled ring is kept (the

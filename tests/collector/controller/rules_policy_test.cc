@@ -281,6 +281,21 @@ TEST(RulesPolicy, BetweenStepsOnlyAFarPastSignalTheLatestReadingConfirmsClimbs) 
     RulesPolicy p;
     EXPECT_FALSE(p.react(decisiveFeatures(10, 10, 20e-3), ring, 0).change);
   }
+  {
+    // Three times the threshold (16 ms against 5) with the latest reading at 0.65x: the first
+    // look climbs; at 2.8x (14 ms) it still takes the second.
+    RulesPolicy p;
+    int64_t ns = 0;
+    calm(p, ns);
+    Decision d = p.react(decisiveFeatures(130, 190, 16e-3), ring, ns + 100'000'000);
+    ASSERT_TRUE(d.change) << "one look at 3.2x";
+    EXPECT_EQ(d.to.topology, Topology::kHierarchical);
+    RulesPolicy q;
+    ns = 0;
+    calm(q, ns);
+    EXPECT_FALSE(q.react(decisiveFeatures(130, 190, 14e-3), ring, ns + 100'000'000).change);
+    EXPECT_TRUE(q.react(decisiveFeatures(130, 190, 14e-3), ring, ns + 200'000'000).change);
+  }
 }
 
 // The way back: a re-probe of the ring right after the congestion lifted reads the switch's
