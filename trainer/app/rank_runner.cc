@@ -356,13 +356,22 @@ void RankRunner::allreduceGradients(uint64_t step, bool features_on) {
   }
 #endif
   const size_t n = buckets_->size();
-  for (size_t b = 0; b < n; ++b)
+  for (size_t b = 0; b < n; ++b) {
     buckets_->run(
         model_->gradientsWithTail(), b, write,
         [&](std::span<float> data) { comm_->allreduce(data, config().topology); },
         [&](std::span<const float> tail) {
           if (auto s = sync_->readTail(tail, b + 1 < n)) applySwitch(*s, step, b + 1);
         });
+    // Slow buckets (ConfigSync::bucketSyncDue): rank 0's word by broadcast before the next one, so
+    // a decision that arrived during this bucket runs the next bucket, not the one after.
+    if (b + 1 < n && sync_->bucketSyncDue()) {
+      uint8_t word[control::kSyncWordBytes];
+      sync_->writeBroadcast(step, Clock::now(), word);
+      comm_->broadcast(word, 0);
+      if (auto s = sync_->readBucketSync(word)) applySwitch(*s, step, b + 1);
+    }
+  }
 }
 
 void RankRunner::applyGradients(float grad_scale) {

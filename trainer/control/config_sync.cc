@@ -15,6 +15,7 @@ namespace {
 
 constexpr uint32_t kFlagBroadcast = 1;
 constexpr uint32_t kFlagStop = 2;
+constexpr uint32_t kFlagSyncNextBucket = 4;
 
 // An integer-valued float in [lo, hi], else nullopt (a sum that is not rank 0's word).
 std::optional<uint32_t> field(float f, uint32_t lo, uint32_t hi) {
@@ -46,7 +47,8 @@ void encodeSyncWord(const SyncWord& w, std::span<float, kSyncWordFloats> out) {
   out[3] = float((w.config.epoch >> 32) & 0xFFFF);
   out[4] = float(uint8_t(w.config.topology));
   out[5] = float(uint8_t(w.config.pinning));
-  out[6] = float((w.broadcast ? kFlagBroadcast : 0) | (w.stop ? kFlagStop : 0));
+  out[6] = float((w.broadcast ? kFlagBroadcast : 0) | (w.stop ? kFlagStop : 0) |
+                 (w.sync_next_bucket ? kFlagSyncNextBucket : 0));
   out[7] = float(w.sync_every);
 }
 
@@ -62,7 +64,7 @@ std::optional<SyncWord> decodeSyncWord(std::span<const float, kSyncWordFloats> i
   auto lo = field(in[1], 0, 0xFFFF), mid = field(in[2], 0, 0xFFFF), hi = field(in[3], 0, 0xFFFF);
   auto topology = field(in[4], 0, kTopologyCount - 1);
   auto pinning = field(in[5], 0, kPinModeCount - 1);
-  auto flags = field(in[6], 0, kFlagBroadcast | kFlagStop);
+  auto flags = field(in[6], 0, kFlagBroadcast | kFlagStop | kFlagSyncNextBucket);
   auto every = field(in[7], 1, kMaxSyncEvery);
   if (!lo || !mid || !hi || !topology || !pinning || !flags || !every) return std::nullopt;
   SyncWord w;
@@ -70,6 +72,7 @@ std::optional<SyncWord> decodeSyncWord(std::span<const float, kSyncWordFloats> i
               PinMode(*pinning)};
   w.broadcast = (*flags & kFlagBroadcast) != 0;
   w.stop = (*flags & kFlagStop) != 0;
+  w.sync_next_bucket = (*flags & kFlagSyncNextBucket) != 0;
   w.sync_every = *every;
   return w;
 }
@@ -172,22 +175,46 @@ void ConfigSync::writeTail(uint64_t step, bool collect_decisions, Clock::time_po
     throw std::invalid_argument("config sync: the gradient tail holds fewer than 8 floats");
   std::fill(tail.begin(), tail.end(), 0.0f);
   if (options_.rank != 0) return;
+  // Consecutive tails of one step are one bucket apart (its allreduce and read); the first tail of
+  // a step keeps the previous step's last figure.
+  if (last_tail_step_ == step)
+    bucket_seconds_ = std::chrono::duration<double>(now - last_tail_at_).count();
+  last_tail_step_ = step;
+  last_tail_at_ = now;
   if (collect_decisions) collect(step);
-  encodeSyncWord(outgoing(now), tail.first<kSyncWordFloats>());
+  SyncWord w = outgoing(now);
+  // Not for --sync tail (pinned to the tail), nor for --switch-every (switch steps must be a pure
+  // function of the step), nor in an --overhead-ab off block (no decisions are collected there).
+  w.sync_next_bucket = collect_decisions && options_.adaptive && !options_.fixed_schedule &&
+                       options_.delivery != Delivery::kTail &&
+                       bucket_seconds_ >= kBucketSyncAboveSeconds;
+  encodeSyncWord(w, tail.first<kSyncWordFloats>());
 }
 
 std::optional<Switch> ConfigSync::readTail(std::span<const float> tail, bool more_buckets) {
   if (!active_ || tail.size() < kSyncWordFloats) return std::nullopt;
   std::optional<SyncWord> w = decodeSyncWord(tail.first<kSyncWordFloats>());
+  bucket_sync_due_ = w && w->sync_next_bucket && more_buckets;
   if (!w) return std::nullopt;
-  broadcast_mode_ = w->broadcast;
-  stop_ = stop_ || w->stop;
-  if (w->config.epoch <= config_.epoch) return std::nullopt;
-  if (more_buckets && w->config.pinning == config_.pinning) {
+  return takeBetweenBuckets(*w, more_buckets);
+}
+
+std::optional<Switch> ConfigSync::readBucketSync(std::span<const uint8_t, kSyncWordBytes> word) {
+  bucket_sync_due_ = false;  // the next bucket's tail asks again
+  std::optional<SyncWord> w = decodeSyncWord(word);
+  if (!w) return std::nullopt;
+  return takeBetweenBuckets(*w, /*more_buckets=*/true);
+}
+
+std::optional<Switch> ConfigSync::takeBetweenBuckets(const SyncWord& w, bool more_buckets) {
+  broadcast_mode_ = w.broadcast;
+  stop_ = stop_ || w.stop;
+  if (w.config.epoch <= config_.epoch) return std::nullopt;
+  if (more_buckets && w.config.pinning == config_.pinning) {
     staged_.reset();  // an older word staged by an earlier bucket is superseded
-    return apply(w->config);
+    return apply(w.config);
   }
-  staged_ = w->config;
+  staged_ = w.config;
   return std::nullopt;
 }
 

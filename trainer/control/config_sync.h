@@ -2,9 +2,9 @@
 // every rank at the same step. Rank 0 collects decisions and writes one SyncWord; it travels in the
 // 8-float tail of each gradient bucket's allreduce (other ranks write zeros, so the sum is rank 0's
 // word exactly, at no extra round trip) or, once allreduces are slow, also in a broadcast at spaced
-// step boundaries. A new topology alone applies at the next bucket, inside the step; anything else
-// at the next step. Pure: ConfigSync does no I/O, the caller moves the buffers (tests are the
-// network).
+// step boundaries, and once buckets are slow in a broadcast before each next bucket. A new topology
+// alone applies at the next bucket, inside the step; anything else at the next step. Pure:
+// ConfigSync does no I/O, the caller moves the buffers (tests are the network).
 #pragma once
 
 #include <chrono>
@@ -25,7 +25,8 @@ class ControlReceiver;
 
 // The word as it travels. One encoding, eight floats holding exact small integers:
 //   [0] marker 1   [1..3] epoch in 16-bit pieces (low first)   [4] topology   [5] pinning
-//   [6] flags (1: broadcast delivery from the next step, 2: stop after this step)
+//   [6] flags (1: broadcast delivery from the next step, 2: stop after this step,
+//             4: a bucket sync before the next bucket of this step)
 //   [7] broadcast delivery: steps until the next broadcast sync (1..kMaxSyncEvery)
 // The broadcast sends the same eight floats as 32 bytes (IEEE-754 bits, little-endian).
 struct SyncWord {
@@ -33,6 +34,7 @@ struct SyncWord {
   bool broadcast = false;
   bool stop = false;
   uint32_t sync_every = 1;
+  bool sync_next_bucket = false;
   bool operator==(const SyncWord&) const = default;
 };
 inline constexpr size_t kSyncWordFloats = 8;
@@ -64,6 +66,13 @@ inline constexpr double kBroadcastAboveAllreduceSeconds = 0.040;
 // Broadcast syncs at most this often: on millisecond steps a broadcast at every boundary doubled
 // the step time on the 2-core development machine; a decision still lands within a step + this.
 inline constexpr double kSyncIntervalSeconds = 0.025;
+// Once one of rank 0's buckets took this long (from one bucket's tail to the next's, inside a
+// step), its next tail asks every rank for a bucket sync: a broadcast of the word before the next
+// bucket, so a decision that arrives during a bucket applies at the next one instead of riding
+// that one's tail and applying a bucket later. On netlab's throttled loopback the ring's buckets
+// ran ~350 ms and the first switch waited 0.55-0.57 s from the decision's arrival; a 32-byte
+// broadcast costs about a millisecond there. Calm buckets (25-80 ms on netlab) pay nothing.
+inline constexpr double kBucketSyncAboveSeconds = 0.150;
 
 // A configuration rank 0 may send, with the kernel arrival time of its datagram (0: none).
 struct Decision {
@@ -139,7 +148,9 @@ struct Switch {
 
 // One per rank; every rank calls the same methods at the same points of each step:
 //   beginStep → [broadcastDue → writeBroadcast, comm broadcast, readBroadcast] → compute →
-//   for each bucket: writeTail → allreduce(bucket + tail) → readTail → observe → stopRequested
+//   for each bucket: writeTail → allreduce(bucket + tail) → readTail →
+//     [more buckets and bucketSyncDue → writeBroadcast, comm broadcast, readBucketSync]
+//   → observe → stopRequested
 // (one bucket: the whole gradient buffer and its own tail; collective/gradient_buckets.h).
 class ConfigSync {
  public:
@@ -172,6 +183,12 @@ class ConfigSync {
   // inside the allreduce would stall this rank's peers, and the controller judges a pinning move
   // by whole steps run under it.
   std::optional<Switch> readTail(std::span<const float> tail, bool more_buckets = false);
+  // After readTail with more buckets to run: rank 0's word asked for a bucket sync (its last bucket
+  // took kBucketSyncAboveSeconds or more); the same answer on every rank. The sync is a
+  // writeBroadcast, the broadcast, then readBucketSync, which applies a new topology alone for the
+  // remaining buckets, as readTail does, and stages anything else for the next step.
+  bool bucketSyncDue() const { return active_ && bucket_sync_due_; }
+  std::optional<Switch> readBucketSync(std::span<const uint8_t, kSyncWordBytes> word);
   // A finished step's times; rank 0's averages choose the delivery and space the broadcasts.
   void observe(double step_seconds, double allreduce_seconds);
 
@@ -191,6 +208,9 @@ class ConfigSync {
   uint64_t newestEpoch() const;
   SyncWord outgoing(Clock::time_point now) const;
   std::optional<Switch> apply(const ConfigWord& next);
+  // A word read between buckets (tail or bucket sync): its topology alone applies now when more
+  // buckets remain; anything else is staged for the next step.
+  std::optional<Switch> takeBetweenBuckets(const SyncWord& w, bool more_buckets);
 
   SyncOptions options_;
   bool active_;
@@ -203,6 +223,11 @@ class ConfigSync {
   bool stop_ = false;
   Clock::time_point deadline_ = Clock::time_point::max();  // rank 0
   double step_seconds_ewma_ = 0, allreduce_seconds_ewma_ = 0;
+  // Rank 0: when it wrote the last tail, in which step, and the last bucket's time it measured.
+  Clock::time_point last_tail_at_{};
+  uint64_t last_tail_step_ = ~uint64_t{0};
+  double bucket_seconds_ = 0;
+  bool bucket_sync_due_ = false;
   uint64_t stale_ = 0, unencodable_ = 0;
 };
 

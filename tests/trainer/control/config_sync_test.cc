@@ -10,13 +10,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <set>
+#include <utility>
 
 #include "tests/support/signed_control.h"
 #include "trainer/control/control_receiver.h"
@@ -109,7 +112,7 @@ TEST(SyncWord, DecodeRefusesWhatIsNotRankZerosWord) {
   EXPECT_FALSE(decodes(with(3, -1)));
   EXPECT_FALSE(decodes(with(4, float(kTopologyCount)))) << "unknown topology";
   EXPECT_FALSE(decodes(with(5, float(kPinModeCount)))) << "unknown pinning";
-  EXPECT_FALSE(decodes(with(6, 4))) << "unknown flag";
+  EXPECT_FALSE(decodes(with(6, 8))) << "unknown flag";
   EXPECT_FALSE(decodes(with(7, 0))) << "sync_every 0";
   EXPECT_FALSE(decodes(with(7, float(kMaxSyncEvery + 1))));
   EXPECT_FALSE(decodes(with(1, std::numeric_limits<float>::quiet_NaN())));
@@ -159,6 +162,7 @@ class World {
     applied_bucket_.resize(size_t(n));
     used_buckets_.resize(size_t(n));
     broadcasts_.resize(size_t(n));
+    bucket_syncs_.resize(size_t(n));
     stopped_after_.resize(size_t(n));
     arrivals_.resize(size_t(n));
     used_.resize(size_t(n));
@@ -169,9 +173,13 @@ class World {
     for (ConfigSync& s : syncs_) s.start(t);
   }
 
-  // One step at rank 0's time `now` (other ranks' clocks are `now + skew`, which must not matter).
+  // One step at rank 0's time `now` (other ranks' clocks are `now + skew`, which must not matter);
+  // each bucket takes `bucket` on every clock. `during_bucket(step, b)` runs while bucket b's
+  // allreduce is in flight (its tails written, not yet read): a decision arriving then.
   void step(uint64_t step, Clock::time_point now, double step_s = 0.001,
-            double allreduce_s = 0.0005, bool collect = true, Clock::duration skew = 1h) {
+            double allreduce_s = 0.0005, bool collect = true, Clock::duration skew = 1h,
+            Clock::duration bucket = {},
+            const std::function<void(uint64_t, size_t)>& during_bucket = {}) {
     auto clock = [&](size_t r) { return r == 0 ? now : now + skew; };
     for (size_t r = 0; r < syncs_.size(); ++r)
       if (auto s = syncs_[r].beginStep()) record(r, *s, step);
@@ -192,13 +200,28 @@ class World {
       for (size_t r = 0; r < syncs_.size(); ++r) used_buckets_[r][{step, b}] = syncs_[r].config();
       // The bucket's tails, summed across ranks (its allreduce).
       std::vector<Tail> tails(syncs_.size(), Tail{});
+      const auto at = [&](size_t r) { return clock(r) + int64_t(b) * bucket; };
       for (size_t r = 0; r < syncs_.size(); ++r)
-        syncs_[r].writeTail(step, collect, clock(r), tails[r]);
+        syncs_[r].writeTail(step, collect, at(r), tails[r]);
+      if (during_bucket) during_bucket(step, b);
       Tail sum{};
       for (const Tail& t : tails)
         for (size_t i = 0; i < kSyncWordFloats; ++i) sum[i] += t[i];
       for (size_t r = 0; r < syncs_.size(); ++r)
         if (auto s = syncs_[r].readTail(sum, b + 1 < buckets_)) record(r, *s, step, b + 1);
+      // The trainer's bucket sync: a broadcast of rank 0's word before the next bucket.
+      const bool sync = syncs_[0].bucketSyncDue();
+      for (size_t r = 1; r < syncs_.size(); ++r)
+        ASSERT_EQ(syncs_[r].bucketSyncDue(), sync) << "rank " << r << " step " << step << " " << b;
+      if (!sync) continue;
+      EXPECT_LT(b + 1, buckets_) << "a bucket sync after the step's last bucket";
+      std::vector<std::array<uint8_t, kSyncWordBytes>> words(syncs_.size());
+      for (size_t r = 0; r < syncs_.size(); ++r) syncs_[r].writeBroadcast(step, at(r), words[r]);
+      for (size_t r = 0; r < syncs_.size(); ++r) {
+        words[r] = words[0];
+        bucket_syncs_[r].emplace_back(step, b + 1);
+        if (auto s = syncs_[r].readBucketSync(words[r])) record(r, *s, step, b + 1);
+      }
     }
     for (size_t r = 0; r < syncs_.size(); ++r) {
       syncs_[r].observe(step_s, allreduce_s);
@@ -217,6 +240,10 @@ class World {
     return used_buckets_[size_t(r)];
   }
   const std::vector<uint64_t>& broadcasts(int r) const { return broadcasts_[size_t(r)]; }
+  // (step, bucket) each bucket sync ran before
+  const std::vector<std::pair<uint64_t, size_t>>& bucketSyncs(int r) const {
+    return bucket_syncs_[size_t(r)];
+  }
   std::optional<uint64_t> stoppedAfter(int r) const { return stopped_after_[size_t(r)]; }
   // step -> the configuration that step's allreduce ran with
   const std::map<uint64_t, ConfigWord>& used(int r) const { return used_[size_t(r)]; }
@@ -229,6 +256,7 @@ class World {
       EXPECT_EQ(usedBuckets(r), usedBuckets(0)) << "rank " << r;
       EXPECT_EQ(syncs_[size_t(r)].config(), syncs_[0].config()) << "rank " << r;
       EXPECT_EQ(broadcasts(r), broadcasts(0)) << "rank " << r;
+      EXPECT_EQ(bucketSyncs(r), bucketSyncs(0)) << "rank " << r;
     }
   }
 
@@ -246,6 +274,7 @@ class World {
   std::vector<std::map<uint64_t, size_t>> applied_bucket_;
   std::vector<std::map<std::pair<uint64_t, size_t>, ConfigWord>> used_buckets_;
   std::vector<std::vector<uint64_t>> broadcasts_;
+  std::vector<std::vector<std::pair<uint64_t, size_t>>> bucket_syncs_;
   std::vector<std::optional<uint64_t>> stopped_after_;
   std::vector<std::map<uint64_t, uint64_t>> arrivals_;
   std::vector<std::map<uint64_t, ConfigWord>> used_;
@@ -320,6 +349,101 @@ TEST(ConfigSync, ADecisionInTheLastBucketAppliesAtTheNextStep) {
   EXPECT_EQ(w.applied(0), (std::map<uint64_t, uint64_t>{{1, 6}}));
   EXPECT_EQ(w.appliedBucket(0), (std::map<uint64_t, size_t>{{1, 0}}));
   EXPECT_EQ(w.usedBuckets(1).at({6, 0}).topology, Topology::kBcube);
+}
+
+// A decision the test hands in at any point of a step (World::step's during_bucket).
+struct Inbox : DecisionSource {
+  std::optional<Decision> poll(uint64_t, uint64_t) override {
+    return std::exchange(next, std::nullopt);
+  }
+  std::optional<Decision> next;
+};
+
+// Slow buckets: rank 0's tail after a bucket that took kBucketSyncAboveSeconds asks for a bucket
+// sync, a broadcast before the next bucket, so a decision that arrives while bucket 1's allreduce
+// is in flight runs bucket 2 (with fast buckets it rides bucket 2's tail and runs bucket 3). Every
+// rank syncs before the same buckets; the first slow step syncs from its third bucket on (its
+// first tail still carries the last step's fast figure), and fast buckets stop the syncs.
+TEST(ConfigSync, SlowBucketsSyncBeforeTheNextBucketSoADecisionRunsItsNextBucket) {
+  for (const bool slow : {false, true}) {
+    World w(4, adaptive(), {}, 4);
+    Inbox src;
+    w.rank(0).addSource(src);
+    const auto t0 = Clock::now();
+    const Clock::duration bucket = slow ? 350ms : 20ms;
+    for (uint64_t s = 0; s < 5; ++s) w.step(s, t0 + s * 2s, 1.6, 1.4, true, 1h, bucket);
+    w.step(5, t0 + 10s, 1.6, 1.4, true, 1h, bucket, [&](uint64_t, size_t b) {
+      if (b == 1) src.next = decision(1, Topology::kHierarchical, PinMode::kNone, 42);
+    });
+    w.expectRanksAgree();
+    ASSERT_EQ(w.applied(0), (std::map<uint64_t, uint64_t>{{1, 5}})) << "slow " << slow;
+    EXPECT_EQ(w.appliedBucket(0).at(1), slow ? 2u : 3u) << "slow " << slow;
+    EXPECT_EQ(w.usedBuckets(2).at({5, 2}).topology,
+              slow ? Topology::kHierarchical : Topology::kRing);
+    EXPECT_EQ(w.arrival(0, 1), 42u);
+    if (!slow) {
+      EXPECT_TRUE(w.bucketSyncs(0).empty());
+      continue;
+    }
+    EXPECT_EQ(w.bucketSyncs(0).front(), (std::pair<uint64_t, size_t>{0, 2}));
+    EXPECT_EQ(w.bucketSyncs(0).size(), 2u + 5 * 3) << "3 a step after the first";
+    // Fast again: the first fast bucket's tail stops them.
+    const size_t before = w.bucketSyncs(0).size();
+    w.step(6, t0 + 12s, 0.1, 0.05, true, 1h, 20ms);
+    EXPECT_EQ(w.bucketSyncs(0).size(), before + 1) << "after the slow step's last figure";
+    w.step(7, t0 + 13s, 0.1, 0.05, true, 1h, 20ms);
+    EXPECT_EQ(w.bucketSyncs(0).size(), before + 1);
+    w.expectRanksAgree();
+  }
+}
+
+// A bucket sync delivers a pinning change (or a stop) like a tail read mid-step: staged for the
+// next step. --sync tail, --switch-every and --overhead-ab's off blocks never sync between buckets.
+TEST(ConfigSync, BucketSyncStagesPinningAndIsOffWhereTheTailOnlyOrFixedStepsRule) {
+  {
+    World w(3, adaptive(), {}, 4);
+    Inbox src;
+    w.rank(0).addSource(src);
+    const auto t0 = Clock::now();
+    for (uint64_t s = 0; s < 5; ++s)
+      w.step(s, t0 + s * 2s, 1.6, 1.4, true, 1h, 350ms, [&](uint64_t step, size_t b) {
+        if (step == 3 && b == 1) src.next = decision(1, Topology::kHierarchical, PinMode::kCompact);
+      });
+    w.expectRanksAgree();
+    EXPECT_EQ(w.applied(0), (std::map<uint64_t, uint64_t>{{1, 4}}));
+    EXPECT_EQ(w.appliedBucket(0).at(1), 0u) << "pinning waits for the step boundary";
+    EXPECT_EQ(w.usedBuckets(1).at({3, 3}).topology, Topology::kRing);
+    EXPECT_TRUE(std::count(w.bucketSyncs(0).begin(), w.bucketSyncs(0).end(),
+                           std::pair<uint64_t, size_t>{3, 2}))
+        << "a bucket sync ran before bucket 2, and its word only staged the pinning";
+  }
+  SyncOptions tail_only = adaptive(Delivery::kTail);
+  SyncOptions fixed = adaptive();
+  fixed.fixed_schedule = true;
+  for (const SyncOptions& o : {tail_only, fixed}) {
+    World w(3, o, {}, 4);
+    const auto t0 = Clock::now();
+    for (uint64_t s = 0; s < 5; ++s) w.step(s, t0 + s * 2s, 1.6, 1.4, true, 1h, 350ms);
+    EXPECT_TRUE(w.bucketSyncs(0).empty());
+    w.expectRanksAgree();
+  }
+  World off(3, adaptive(), {}, 4);
+  const auto t0 = Clock::now();
+  for (uint64_t s = 0; s < 5; ++s) off.step(s, t0 + s * 2s, 1.6, 1.4, /*collect=*/false, 1h, 350ms);
+  EXPECT_TRUE(off.bucketSyncs(0).empty());
+}
+
+// The flag round-trips and a word that carries it decodes; none above the known flags does.
+TEST(SyncWord, BucketSyncFlagRoundTrips) {
+  SyncWord w;
+  w.config = {7, Topology::kRing, PinMode::kNone};
+  w.sync_next_bucket = true;
+  w.broadcast = true;
+  EXPECT_EQ(encodeDecode(w), w);
+  Tail floats{};
+  encodeSyncWord(w, floats);
+  floats[6] = 8;
+  EXPECT_FALSE(decodeSyncWord(std::span<const float, kSyncWordFloats>(floats)).has_value());
 }
 
 TEST(ConfigSync, OnlyRankZeroTakesDecisions) {
