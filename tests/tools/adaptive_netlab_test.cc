@@ -153,7 +153,11 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
   // Budgeted: the first re-probe comes 8 s after the step up and each failed one doubles the wait.
   EXPECT_LE(reprobes, 1 + int(settled_s / 16)) << log;
 
-  // Parameters bit-identical across ranks after the live switches.
+  // Parameters bit-identical across ranks after the live switches, bucket syncs included (the
+  // throttled ring's buckets run long enough for them; how many is printed, timing decides).
+  std::smatch syncs;
+  if (std::regex_search(r.out, syncs, std::regex("rank 0: bucket syncs (\\d+)")))
+    std::printf("bucket syncs: %s\n", syncs[1].str().c_str());
   std::regex hash_re("rank (\\d+): final .* params_hash (0x[0-9a-f]+)");
   std::set<std::string> hashes;
   int ranks = 0;

@@ -698,6 +698,8 @@ void RankRunner::report(uint64_t end_step, const StepTotals& totals) {
         std::printf(" %s=%" PRIu64, std::string(control::rejectName(control::Reject(r))).c_str(),
                     n);
     std::printf("\n");
+    // Slow buckets' broadcasts (ConfigSync::bucketSyncs; every rank ran the same ones).
+    std::printf("bpftrain-train: rank 0: bucket syncs %" PRIu64 "\n", sync_->bucketSyncs());
   }
   if (emitter_)
     std::printf("bpftrain-train: rank %d: telemetry frames %" PRIu64 " dropped samples %" PRIu64

@@ -201,6 +201,7 @@ std::optional<Switch> ConfigSync::readTail(std::span<const float> tail, bool mor
 
 std::optional<Switch> ConfigSync::readBucketSync(std::span<const uint8_t, kSyncWordBytes> word) {
   bucket_sync_due_ = false;  // the next bucket's tail asks again
+  ++bucket_syncs_;
   std::optional<SyncWord> w = decodeSyncWord(word);
   if (!w) return std::nullopt;
   return takeBetweenBuckets(*w, /*more_buckets=*/true);

@@ -202,6 +202,8 @@ class ConfigSync {
   // pending one (duplicates, reordering), or too large for the word.
   uint64_t staleDecisions() const { return stale_; }
   uint64_t unencodableDecisions() const { return unencodable_; }
+  // Bucket syncs run so far (readBucketSync calls): what slow buckets cost in broadcasts.
+  uint64_t bucketSyncs() const { return bucket_syncs_; }
 
  private:
   void collect(uint64_t step);
@@ -228,7 +230,7 @@ class ConfigSync {
   uint64_t last_tail_step_ = ~uint64_t{0};
   double bucket_seconds_ = 0;
   bool bucket_sync_due_ = false;
-  uint64_t stale_ = 0, unencodable_ = 0;
+  uint64_t stale_ = 0, unencodable_ = 0, bucket_syncs_ = 0;
 };
 
 }  // namespace bpftrain::trainer::control

@@ -387,6 +387,7 @@ TEST(ConfigSync, SlowBucketsSyncBeforeTheNextBucketSoADecisionRunsItsNextBucket)
     }
     EXPECT_EQ(w.bucketSyncs(0).front(), (std::pair<uint64_t, size_t>{0, 2}));
     EXPECT_EQ(w.bucketSyncs(0).size(), 2u + 5 * 3) << "3 a step after the first";
+    EXPECT_EQ(w.rank(1).bucketSyncs(), w.bucketSyncs(0).size()) << "counted";
     // Fast again: the first fast bucket's tail stops them.
     const size_t before = w.bucketSyncs(0).size();
     w.step(6, t0 + 12s, 0.1, 0.05, true, 1h, 20ms);
