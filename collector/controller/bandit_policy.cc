@@ -83,6 +83,12 @@ bool BanditPolicy::pageHinkley(double reward) {
   return alarm;
 }
 
+// The rules' RTT-median threshold of a link class, which every ring-link test here reads.
+static double rttHighS(Link l) {
+  static const RulesConfig kRules;
+  return l == Link::kSameHost ? kRules.same_host_rtt_p50_high_s : kRules.other_host_rtt_p50_high_s;
+}
+
 // The ring carries every link class's traffic in equal chunks, so its RTT medians show a
 // congested link directly (diagnosis.h); other topologies load links with their own pattern
 // (hierarchical's same-host sockets carry small control messages at 6-18 ms) and are not
@@ -93,12 +99,10 @@ bool BanditPolicy::linkChange(const Features& f, size_t cur) {
   if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
       !f.has_links || stint_steps_ < 3)
     return false;
-  static const RulesConfig kRules;
   bool congested = false;
   for (int l = 0; l < kLinkCount; ++l) {
     const LinkSignals& ls = f.links[l];
-    const double high = Link(l) == Link::kSameHost ? kRules.same_host_rtt_p50_high_s
-                                                   : kRules.other_host_rtt_p50_high_s;
+    const double high = rttHighS(Link(l));
     congested = congested || (ls.seen && ls.rtt_p50_s >= high);
   }
   if (!congested) {
@@ -114,13 +118,11 @@ bool BanditPolicy::linkChange(const Features& f, size_t cur) {
 }
 
 int BanditPolicy::worstRingLink(const Features& f) {
-  static const RulesConfig kRules;
   int worst = -1;
   double worst_excess = 1;
   for (int l = 0; l < kLinkCount; ++l) {
     const LinkSignals& ls = f.links[l];
-    const double high = Link(l) == Link::kSameHost ? kRules.same_host_rtt_p50_high_s
-                                                   : kRules.other_host_rtt_p50_high_s;
+    const double high = rttHighS(Link(l));
     if (!ls.seen || ls.rtt_p50_s / high < worst_excess) continue;
     worst_excess = ls.rtt_p50_s / high;
     worst = l;
@@ -140,8 +142,7 @@ bool BanditPolicy::ringLinkFarPast(const Features& f, size_t cur, double level) 
     return false;
   for (int l = 0; l < kLinkCount; ++l) {
     const LinkSignals& ls = f.links[l];
-    const double high = Link(l) == Link::kSameHost ? kRules.same_host_rtt_p50_high_s
-                                                   : kRules.other_host_rtt_p50_high_s;
+    const double high = rttHighS(Link(l));
     if (ls.seen && ls.rtt_p50_s >= kRules.decisive_signal_factor * high) return true;
   }
   return false;
