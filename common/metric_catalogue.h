@@ -132,6 +132,11 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "Wall time of one training step; p99 against p50 shows stragglers", kStepSecondsBuckets)       \
   X(kAllreduceSeconds, "bpftrain_allreduce_seconds", kDistribution, "seconds", "job rank",         \
     "trainer", "Time a step spends in the gradient allreduce", kStepSecondsBuckets)                \
+  X(kRingProbeSeconds, "bpftrain_ring_probe_seconds", kDistribution, "seconds", "job rank",        \
+    "trainer",                                                                                     \
+    "Time of the 1 MiB allreduce on the flat ring that --adaptive ranks run every few steps, so "  \
+    "the controller sees the ring's links while another topology runs",                            \
+    kStepSecondsBuckets)                                                                           \
   X(kAllreduceBytes, "bpftrain_allreduce_bytes", kCounter, "bytes", "job rank", "trainer",         \
     "Gradient bytes this rank allreduced")                                                         \
   X(kAllreduceBusbw, "bpftrain_allreduce_busbw_bytes_per_second", kGauge, "bytes/s", "job rank",  \

@@ -73,6 +73,8 @@ MetricInfo metricInfo(MetricId id) {
       return {metrics::kCheckpointFailures.name, SampleType::kCounter};
     case MetricId::kControlDropped:
       return {metrics::kControlDropped.name, SampleType::kCounter};
+    case MetricId::kRingProbeSeconds:
+      return {metrics::kRingProbeSeconds.name, SampleType::kTimer};
   }
   return {"", SampleType::kGauge};
 }

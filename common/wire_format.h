@@ -54,7 +54,9 @@ enum class MetricId : uint16_t {
   kCheckpointFailures = 16,  // checkpoints that could not be written (training went on)
   // Control datagrams the kernel dropped at rank 0's control socket (its buffer was full).
   kControlDropped = 17,
-  kLast = kControlDropped,
+  // One timed ring probe (trainer/control/ring_probe.h), seconds.
+  kRingProbeSeconds = 18,
+  kLast = kRingProbeSeconds,
 };
 
 enum class SampleType : uint8_t { kGauge = 0, kCounter = 1, kTimer = 2 };

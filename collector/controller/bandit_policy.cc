@@ -16,6 +16,7 @@ BanditPolicy::BanditPolicy(BanditConfig config) : config_(std::move(config)) {
   }
   stats_.resize(config_.arms.size());
   tokens_ = config_.bank_steps;
+  ring_probe_ = RingProbeJudge(config_.ring_probe);
 }
 
 int BanditPolicy::armIndex(const Arm& a) const {
@@ -326,6 +327,13 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     change_why = "ring link RTT";
   }
   if (changed) noteChange(f, size_t(cur), settle_steps);
+  ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;
+  if (origin_arm_ >= 0 && origin_arm_ != cur &&
+      config_.arms[size_t(origin_arm_)].topology == Topology::kRing &&
+      config_.arms[size_t(cur)].topology != Topology::kRing)
+    ring_probe_verdict_ = ring_probe_.update(f, now_ns, ring_probe_why_);
+  else
+    ring_probe_.reset(f);
 
   char buf[256];
   // The trial's verdict: abandoned at the first reading far below the incumbent, else kept or
@@ -455,14 +463,20 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
     if (changed && link_changed_) d.link = changed_link_;
     return d;
   }
-  // The way back: the arm a change drove us from, re-probed with a backoff.
+  // The way back: the arm a change drove us from, re-probed with a backoff, or at once when the
+  // ring probe reads its links clear; never while it reads them congested.
+  const bool probe_clear = ring_probe_verdict_ == RingProbeJudge::Verdict::kClear;
   if (origin_arm_ >= 0 && origin_arm_ != cur && !reexploring_ && reference_ready &&
-      steps_ - left_origin_step_ >= reprobe_ && tokens_ >= std::min(cost, config_.bank_steps)) {
+      ring_probe_verdict_ != RingProbeJudge::Verdict::kCongested &&
+      (probe_clear || steps_ - left_origin_step_ >= reprobe_) &&
+      tokens_ >= std::min(cost, config_.bank_steps)) {
     std::snprintf(buf, sizeof buf, "re-probe %s after %.1fs on %s at %.1f samples/s; tokens %.2f",
                   armName(config_.arms[origin_arm_]).c_str(),
                   double(steps_ - left_origin_step_) * double(step_ns_) * 1e-9,
                   armName(current).c_str(), level, tokens_);
-    return move(size_t(origin_arm_), size_t(cur), "explore", buf, true, true);
+    return move(size_t(origin_arm_), size_t(cur), "explore",
+                probe_clear ? std::string(buf) + "; " + ring_probe_why_ : std::string(buf), true,
+                true);
   }
   return d;
 }

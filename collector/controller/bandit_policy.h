@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collector/controller/policy.h"
+#include "collector/controller/ring_probe_judge.h"
 
 namespace bpftrain::collector::controller {
 
@@ -63,6 +64,10 @@ struct BanditConfig {
   // that made us leave the lower one clearing).
   int reprobe_steps = 16;  // window steps (8 s)
   int max_reprobe_steps = 64;
+  // When the arm a change drove us from is the ring, the ring probe (ring_probe_judge.h) answers
+  // for its links from the arm played now: clear, it is re-probed at once, whatever the backoff;
+  // congested, not at all (the probe would fail).
+  RingProbeThresholds ring_probe;
   // On the ring, a link class's RTT median at or above the rules' congestion threshold for this
   // many consecutive steps (after the window holds only the ring's samples), with the latest
   // samples/s at or below link_change_fraction of the stint's level, is a phase change, often
@@ -165,6 +170,11 @@ class BanditPolicy final : public Policy {
   // is played.
   int origin_arm_ = -1;
   int reprobe_ = 0;
+  // The ring's links judged by the ring probe while the origin is the ring and another arm runs
+  // (this step's verdict and what it read).
+  RingProbeJudge ring_probe_;
+  RingProbeJudge::Verdict ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;
+  std::string ring_probe_why_;
   int left_origin_step_ = 0;
   int last_move_step_ = 0;
   bool link_changed_ = false;  // the last change was seen on the links (this step)

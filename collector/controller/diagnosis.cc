@@ -99,10 +99,19 @@ Diagnosis Diagnoser::raw(const Features& f) {
     // there (the rules climbed 0.7 s after the four-phase run's uplink onset, on the delivery
     // rate, and the diagnosis never named it).
     return seen;
+  } else if (const RingProbe& p = f.ring_probe; ring_link_.cause != "none" && p.fresh(f.now_ns) &&
+                                                p.ratio > 0 &&
+                                                p.ratio <= config_.ring_probe_clear_ratio) {
+    ring_link_ = Diagnosis{};  // the ring probe reads the ring's links clear again
   } else if (ring_link_.cause != "none") {
     d = ring_link_;
     d.carried = true;
-    d.detail += " (last seen on the ring; not observable on this topology)";
+    d.detail += p.fresh(f.now_ns) && p.ratio > 0
+                    ? figures(
+                          " (last seen on the ring; the ring probe reads %.1f ms, %.2fx its "
+                          "clear level)",
+                          p.seconds * 1e3, p.ratio)
+                    : std::string(" (last seen on the ring; not observable on this topology)");
     return d;
   }
 

@@ -25,6 +25,9 @@ struct DiagnosisConfig {
   double rtt_jitter_s = RulesConfig{}.rtt_jitter_high_s;
   double delivery_drop_fraction = RulesConfig{}.delivery_drop_fraction;
   double delivery_clear_fraction = RulesConfig{}.delivery_clear_fraction;
+  // The ring probe (features.h RingProbe) at or below this: the ring's links are clear, so a
+  // link congestion last seen on the ring is no longer carried off it.
+  double ring_probe_clear_ratio = RulesConfig{}.ring_probe.clear_ratio;
   // CPU contention: one rank's threads waiting this long per second for a CPU (run-queue wait,
   // summed over its threads). Task migrations are not the signal: clear phases showed 180-192
   // cpu+llc migrations/s, phases with competing busy loops 10-50/s (docs/controller.md).

@@ -96,6 +96,38 @@ std::optional<Link> linkOf(const SeriesSnapshot& s) {
   return std::nullopt;
 }
 
+// The newest probe round (the ranks' readings within kRoundNs of the newest: a round reaches the
+// collector within a telemetry interval), or the previous one carried; the ring's level from the
+// readings taken on it.
+void updateRingProbe(Features& f, std::span<const std::pair<int64_t, double>> readings,
+                     const Features* previous, bool topology_settled) {
+  constexpr int64_t kRoundNs = 500'000'000;
+  RingProbe& p = f.ring_probe;
+  if (previous != nullptr) p = previous->ring_probe;
+  int64_t newest = -1;
+  for (const auto& [at, s] : readings) newest = std::max(newest, at);
+  const bool new_reading = newest > p.at_ns;
+  if (new_reading) {
+    p.seconds = 0;
+    for (const auto& [at, s] : readings)
+      if (at >= newest - kRoundNs && s > 0) p.seconds = p.seconds > 0 ? std::min(p.seconds, s) : s;
+    p.at_ns = newest;
+  }
+  const uint32_t n = std::min<uint32_t>(p.n, RingProbe::kHistory);
+  p.reference_s = 0;
+  if (n >= kRingProbeMinHistory) {
+    std::array<float, RingProbe::kHistory> sorted = p.history;
+    std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
+    p.reference_s = sorted[n / 2];
+  }
+  p.ratio = p.reference_s > 0 && p.seconds > 0 ? p.seconds / p.reference_s : 0;
+  if (new_reading && p.seconds > 0 && f.topology == Topology::kRing && f.config_consistent &&
+      topology_settled && (p.ratio <= 0 || p.ratio < kRingProbeCongestedRatio)) {
+    p.history[p.n % RingProbe::kHistory] = float(p.seconds);
+    ++p.n;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> jobsIn(std::span<const SeriesSnapshot> snapshots) {
@@ -125,6 +157,7 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
   double local_faults = 0, remote_faults = 0;
   std::map<int, double> step_p50_by_rank;
   std::array<std::map<std::string, double>, kLinkCount> delivery_by_peer;  // peer node -> rate
+  std::vector<std::pair<int64_t, double>> ring_probes;  // per rank: (taken at, seconds)
 
   for (const SeriesSnapshot& s : snapshots) {
     if (!forJob(s, job)) continue;
@@ -143,6 +176,8 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
       step_sum += s.sum;
     } else if (name == m::kAllreduceSeconds.name && fresh) {
       allreduce_sum += s.sum;
+    } else if (name == m::kRingProbeSeconds.name && fresh) {
+      ring_probes.emplace_back(s.last_update_ns, s.last);
     } else if (name == m::kTopology.name && fresh) {
       topologies.insert(int(std::lround(s.last)));
     } else if (name == m::kPinning.name && fresh) {
@@ -317,6 +352,8 @@ Features extractFeatures(std::span<const SeriesSnapshot> snapshots, std::string_
     }
   }
 
+  updateRingProbe(f, ring_probes, previous, topology_settled);
+
   if (busbw_n > 0) {
     f.busbw = busbw_sum / busbw_n;
     f.busbw_window = busbw_window_sum / busbw_n;
@@ -396,6 +433,11 @@ nlohmann::json featuresJson(const Features& f) {
   j["runner_up_wait_s_per_s"] = f.runner_up_wait_s_per_s;
   j["samples_per_s"] = f.samples_per_s;
   j["samples_per_s_window"] = f.samples_per_s_window;
+  if (f.ring_probe.at_ns >= 0)
+    j["ring_probe"] = {{"seconds", f.ring_probe.seconds},
+                       {"age_s", double(f.now_ns - f.ring_probe.at_ns) * 1e-9},
+                       {"reference_s", f.ring_probe.reference_s},
+                       {"ratio", f.ring_probe.ratio}};
   return j;
 }
 

@@ -75,6 +75,31 @@ inline constexpr uint32_t kDeliveryMinHistory = 6;
 inline constexpr int64_t kDeliverySettleNs = 2'000'000'000;
 inline constexpr double kDeliveryDropFraction = 0.4;
 
+// The ring probe (bpftrain_ring_probe_seconds; trainer/control/ring_probe.h): a 1 MiB allreduce
+// on the flat ring that --adaptive ranks run every few steps whatever topology they run, so the
+// ring's links can be judged from a higher rung, where their own traffic is gone (hierarchical's
+// node stage runs in shared memory). A reading is one probe round: the lowest rank's time (every
+// rank waits for the last to arrive; the last waits least). The reference is the median of the
+// last kHistory readings taken while the ring ran, not counting those at or above
+// kRingProbeCongestedRatio of it (so a congested ring does not become the level), known from
+// kRingProbeMinHistory readings on; the ratio is reading / reference, 0 while either is unknown.
+struct RingProbe {
+  double seconds = 0;
+  int64_t at_ns = -1;  // when the reading's newest sample was taken; -1: none yet
+  double reference_s = 0;
+  double ratio = 0;
+  static constexpr size_t kHistory = 8;
+  std::array<float, kHistory> history{};  // seconds, a ring
+  uint32_t n = 0;                         // readings ever added
+  // A reading older than this says nothing about now (the ranks probe every 1-2 s off the ring).
+  static constexpr int64_t kFreshNs = 3'000'000'000;
+  bool fresh(int64_t now_ns) const { return at_ns >= 0 && now_ns - at_ns <= kFreshNs; }
+};
+inline constexpr uint32_t kRingProbeMinHistory = 3;
+// At or below: the ring's links read clear. At or above: congested (and not the ring's level).
+inline constexpr double kRingProbeClearRatio = 1.5;
+inline constexpr double kRingProbeCongestedRatio = 2.5;
+
 struct RdmaSignals {
   bool seen = false;  // any verbs-probe or port-counter series in the window
   double outstanding_work_requests_p99 = 0;
@@ -143,6 +168,9 @@ struct Features {
   // packets, sequence-error NAKs, ACK timeouts, retries. Congestion marks: ECN-marked packets
   // and CNPs. RNR: a receiver with no receive posted (out of buffer, RNR NAKs).
   RdmaSignals rdma;
+
+  // The ring's links seen from any rung (RingProbe above); carried from step to step.
+  RingProbe ring_probe;
 
   // Stragglers: each rank's step-time median, and the slowest rank against the median rank.
   int slowest_rank = -1;

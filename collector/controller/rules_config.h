@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "collector/controller/features.h"
+#include "collector/controller/ring_probe_judge.h"
 
 namespace bpftrain::collector::controller {
 
@@ -132,6 +133,10 @@ struct RulesConfig {
   // steps, and hierarchical ran 0.90-0.97x the ring in clear phases: re-probing every 8 s spent
   // ~8% of the congested phase on the throttled ring to win back ~5% only once it lifted.
   double reprobe_payback = 1.0;
+  // The ring probe (features.h RingProbe) answers for the ring's links from hierarchical: clear
+  // for its rounds in a row, the way back steps down without waiting for a re-probe; congested,
+  // no re-probe is tried (it would fail). ring_probe_judge.h.
+  RingProbeThresholds ring_probe;
   std::chrono::nanoseconds reprobe_cost_guess = std::chrono::milliseconds(1500);
   // A move up may follow a move down this soon (a failed probe must end quickly); any other
   // move waits min_dwell.

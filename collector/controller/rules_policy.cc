@@ -176,6 +176,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   const int wanted = wantedLevel(signal, link);
   if (on_rung_since_ns_ < 0) on_rung_since_ns_ = now_ns;
   if (reprobe_ns_ < 0) reprobe_ns_ = config_.reprobe_after.count();
+  if (level != 1) ring_probe_.reset(f);  // the probe judges the ring from hierarchical only
 
   // Consecutive steps asking for a higher rung than the current one.
   // A congestion signal must cost throughput to count: RTT also rises with CPU load alone on a
@@ -262,6 +263,20 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     }
     still_congested = still_congested || (trigger_link_ != kRdmaLink && link_throttled_ns_ >= 0 &&
                                           now_ns - link_throttled_ns_ < config_.clear_hold.count());
+    // The ring probe answers for the ring's links from up here, over what their few control
+    // messages show: clear readings step back with no re-probe, congested ones rule it out.
+    std::string probe_why;
+    // (Hierarchical to the ring only, over TCP: its thresholds are netlab's loopback and veth.)
+    const RingProbeJudge::Verdict v = level == 1 && trigger_link_ != kRdmaLink
+                                          ? ring_probe_.update(f, now_ns, probe_why)
+                                          : RingProbeJudge::Verdict::kNone;
+    if (v == RingProbeJudge::Verdict::kClear) {
+      may_descend = signal != Signal::kSevere;
+      clear_why = probe_why;
+    } else if (v == RingProbeJudge::Verdict::kCongested) {
+      may_descend = false;
+      still_congested = true;
+    }
   } else if (level > 0 && !hidden_trigger_) {
     // (After a kept slowdown probe no signal shows its cause: only the re-probe comes back.)
     may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
@@ -278,9 +293,12 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   const int64_t rdma_hold =
       config_.rdma_clear_hold.count() *
       std::max<int64_t>(1, reprobe_ns_ / std::max<int64_t>(1, config_.reprobe_after.count()));
+  // A clear ring probe held for its rounds in a row (ring_probe_judge.h), not a time.
   const int64_t hold = !by_link                     ? cooldown_ns_
                        : trigger_link_ == kRdmaLink ? rdma_hold
-                                                    : config_.clear_hold.count();
+                       : ring_probe_.clearInARow() >= config_.ring_probe.clear_readings
+                           ? 0
+                           : config_.clear_hold.count();
 
   const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
   const bool dwell_ok = since_switch >= config_.min_dwell.count();

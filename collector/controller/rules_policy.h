@@ -20,13 +20,14 @@
 #include <optional>
 
 #include "collector/controller/policy.h"
+#include "collector/controller/ring_probe_judge.h"
 #include "collector/controller/rules_config.h"
 
 namespace bpftrain::collector::controller {
 
 class RulesPolicy final : public Policy {
  public:
-  explicit RulesPolicy(RulesConfig config = {}) : config_(config) {}
+  explicit RulesPolicy(RulesConfig config = {}) : config_(config), ring_probe_(config.ring_probe) {}
   std::string_view name() const override { return "rules"; }
   Decision decide(const Features& features, const Arm& current, int64_t now_ns) override;
   // Between steps: only the climb on a signal far past its threshold that the latest reading
@@ -157,6 +158,8 @@ class RulesPolicy final : public Policy {
   double slow_sum_ = 0;
   int slow_n_ = 0;
   int64_t on_rung_since_ns_ = -1;  // when the current rung was entered (re-probe clock)
+  // The ring's links judged from hierarchical by the ring probe (RulesConfig::ring_probe_*).
+  RingProbeJudge ring_probe_;
 };
 
 }  // namespace bpftrain::collector::controller

@@ -24,6 +24,7 @@
 #include "trainer/collective/rendezvous.h"
 #include "trainer/control/config_sync.h"
 #include "trainer/control/control_receiver.h"
+#include "trainer/control/ring_probe.h"
 #include "trainer/control/verifier.h"
 #include "trainer/launcher/launcher.h"
 #include "trainer/model/checkpoint.h"
@@ -151,10 +152,14 @@ class RankRunner {
   void refreshThreads();
   void reportControlDrops();
   void syncAtBoundary(uint64_t step, bool features_on);
+  void broadcastWord(uint64_t step, std::span<uint8_t, control::kSyncWordBytes> word);
   // bucket > 0: applied inside the step, after that many of its gradient buckets.
   void applySwitch(const control::Switch& s, uint64_t step, size_t bucket = 0);
   void publishConfig();
-  void afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s);
+  // The ring probe's seconds (control/ring_probe.h), or -1 when this step ran none.
+  double ringProbe(uint64_t step, bool features_on);
+  void afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s,
+                 double ring_probe_s);
   void checkpoint(uint64_t step_done);
   void report(uint64_t end_step, const StepTotals& totals);
   // The step's model operations: on the GPU model for --backend nccl, else the CPU Mlp.
@@ -194,6 +199,9 @@ class RankRunner {
   int local_rank_ = 0, local_world_ = 1;
   double loss_ = 0;
   Clock::time_point last_slow_probe_;
+  std::vector<float> ring_probe_;  // --adaptive on Gloo: the probe's buffer, else empty
+  uint64_t ring_probes_ = 0;
+  double ring_probe_s_ = 0;  // summed, for the closing line
   std::set<pid_t> compute_tids_;
   std::vector<pid_t> known_tids_;
 };
@@ -293,6 +301,9 @@ void RankRunner::connect() {
 #endif
   } else {
     comm_ = collective::Communicator::create(co);
+    // Allocated here, off the step path; the ring probe's zeros stay zeros. No larger than the
+    // gradients, the largest allreduce the communicator sized its buffers for.
+    if (o_.adaptive) ring_probe_.assign(std::min(control::kRingProbeFloats, co.max_elements), 0.0f);
   }
   pinner_ = std::make_unique<pinning::Pinner>(local_rank_, local_world_);
 }
@@ -367,8 +378,7 @@ void RankRunner::allreduceGradients(uint64_t step, bool features_on) {
     // a decision that arrived during this bucket runs the next bucket, not the one after.
     if (b + 1 < n && sync_->bucketSyncDue()) {
       uint8_t word[control::kSyncWordBytes];
-      sync_->writeBroadcast(step, Clock::now(), word);
-      comm_->broadcast(word, 0);
+      broadcastWord(step, word);
       if (auto s = sync_->readBucketSync(word)) applySwitch(*s, step, b + 1);
     }
   }
@@ -529,9 +539,14 @@ void RankRunner::syncAtBoundary(uint64_t step, bool features_on) {
   if (auto s = sync_->beginStep()) applySwitch(*s, step);
   if (!sync_->broadcastDue(step, features_on)) return;
   uint8_t word[control::kSyncWordBytes];
+  broadcastWord(step, word);
+  if (auto s = sync_->readBroadcast(step, word)) applySwitch(*s, step);
+}
+
+// A boundary or bucket sync: rank 0's word (collected afresh) to every rank by broadcast.
+void RankRunner::broadcastWord(uint64_t step, std::span<uint8_t, control::kSyncWordBytes> word) {
   sync_->writeBroadcast(step, Clock::now(), word);
   comm_->broadcast(word, 0);
-  if (auto s = sync_->readBroadcast(step, word)) applySwitch(*s, step);
 }
 
 // Rank 0's control socket overflowed since the last look (a flood): counted and said, once a
@@ -547,11 +562,26 @@ void RankRunner::reportControlDrops() {
   control_drops_reported_ = drops;
 }
 
-void RankRunner::afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s) {
+// Under --adaptive on Gloo, at spaced step boundaries (control/ring_probe.h): the same steps on
+// every rank, since the step and the topology running at the boundary are the same everywhere.
+double RankRunner::ringProbe(uint64_t step, bool features_on) {
+  if (ring_probe_.empty() || !features_on || step == start_step_ ||
+      !control::ringProbeDue(step, config().topology, true))
+    return -1;
+  const auto t0 = Clock::now();
+  comm_->allreduce(ring_probe_, Topology::kRing);
+  const double s = seconds(Clock::now() - t0);
+  ++ring_probes_;
+  ring_probe_s_ += s;
+  return s;
+}
+
+void RankRunner::afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s,
+                           double ring_probe_s) {
   if (emitter_ && features_on) {
     const double bytes = double(model_->parameterCount()) * sizeof(float);
     emitter_->pushStep({realtimeNowNs(), step_s, allreduce_s, bytes,
-                        collective::busBandwidth(bytes, allreduce_s, o_.world)});
+                        collective::busBandwidth(bytes, allreduce_s, o_.world), ring_probe_s});
     emitter_->setGauge(MetricId::kLoss, loss_);
     emitter_->setGauge(MetricId::kSamplesPerSecond, step_s > 0 ? o_.batch / step_s : 0);
     emitter_->stepEnded();
@@ -640,6 +670,8 @@ int RankRunner::run() {
               std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count()),
           double(o_.batch));
     syncAtBoundary(step, features_on);
+    // Inside the step's time: what the probe costs shows in samples/s.
+    const double ring_probe_s = ringProbe(step, features_on);
     loss_ = computeGradients(step);
     const auto t1 = Clock::now();
     allreduceGradients(step, features_on);
@@ -650,7 +682,7 @@ int RankRunner::run() {
     totals.compute_s += seconds(t1 - t0);
     totals.allreduce_s += allreduce_s;
     sync_->observe(step_s, allreduce_s);
-    afterStep(step, features_on, step_s, allreduce_s);
+    afterStep(step, features_on, step_s, allreduce_s, ring_probe_s);
     if (o_.resume && o_.rank == 0 && step == start_step_)
       std::fprintf(stderr, "bpftrain-train: rank 0: %s step %" PRIu64 "\n",
                    launcher::kFirstResumedStepMarker, step + 1);  // the launcher times restarts
@@ -700,6 +732,9 @@ void RankRunner::report(uint64_t end_step, const StepTotals& totals) {
     std::printf("\n");
     // Slow buckets' broadcasts (ConfigSync::bucketSyncs; every rank ran the same ones).
     std::printf("bpftrain-train: rank 0: bucket syncs %" PRIu64 "\n", sync_->bucketSyncs());
+    // What the ring probe cost (control/ring_probe.h): part of the mean step above.
+    std::printf("bpftrain-train: rank 0: ring probes %" PRIu64 " mean %.2f ms\n", ring_probes_,
+                ring_probes_ > 0 ? ring_probe_s_ / double(ring_probes_) * 1e3 : 0.0);
   }
   if (emitter_)
     std::printf("bpftrain-train: rank %d: telemetry frames %" PRIu64 " dropped samples %" PRIu64

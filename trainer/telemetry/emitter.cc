@@ -193,6 +193,8 @@ void Emitter::flushRecords(uint64_t now_ns) {
   for (; tail != head; ++tail) {
     const StepRecord& s = ring_[tail % ring_.size()];
     add(MetricId::kStepSeconds, SampleType::kTimer, s.timestamp_ns, s.step_seconds);
+    if (s.ring_probe_seconds >= 0)
+      add(MetricId::kRingProbeSeconds, SampleType::kTimer, s.timestamp_ns, s.ring_probe_seconds);
     if (!options_.report_allreduce) continue;
     add(MetricId::kAllreduceSeconds, SampleType::kTimer, s.timestamp_ns, s.allreduce_seconds);
     add(MetricId::kAllreduceBytes, SampleType::kCounter, s.timestamp_ns, s.allreduce_bytes);

@@ -43,6 +43,8 @@ struct StepRecord {
   double allreduce_seconds = 0;
   double allreduce_bytes = 0;
   double busbw = 0;
+  // The ring probe this step ran (trainer/control/ring_probe.h), seconds; < 0: none.
+  double ring_probe_seconds = -1;
 };
 
 class Emitter {

@@ -173,6 +173,28 @@ TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
   EXPECT_EQ(settle(d, featuresOf(ring())).cause, "none");
 }
 
+// On hierarchical the ring probe answers for the ring's links: a carried link congestion says
+// what the probe reads while it reads congested, and ends once it reads clear.
+TEST(Diagnosis, TheRingProbeEndsACarriedLinkCongestion) {
+  Diagnoser d;
+  JobState j = ring();
+  j.same_host = {12e-3, 40e-3, 7e6};
+  settle(d, featuresOf(j));
+  JobState h;
+  h.topology = int(Topology::kHierarchical);
+  h.other_host = {6e-3, 14e-3, 7e6};
+  h.ring_probe_at_ns = 0;
+  Features f = featuresOf(h);
+  f.ring_probe = {.seconds = 0.020, .at_ns = 0, .reference_s = 0.004, .ratio = 5};
+  const Diagnosis& congested = settle(d, f);
+  EXPECT_EQ(congested.cause, "congested_link");
+  EXPECT_TRUE(congested.carried);
+  EXPECT_NE(congested.detail.find("ring probe reads 20.0 ms, 5.00x"), std::string::npos)
+      << congested.detail;
+  f.ring_probe = {.seconds = 0.0045, .at_ns = 0, .reference_s = 0.004, .ratio = 1.125};
+  EXPECT_EQ(settle(d, f).cause, "none");
+}
+
 TEST(Diagnosis, StragglerRankStandsOut) {
   JobState four = ring();
   four.ranks = 4;

@@ -244,4 +244,52 @@ TEST(Features, EachTopologyHasItsOwnDeliveryLevel) {
 }
 
 }  // namespace
+// The ring probe: one reading per round (the lowest rank's), carried between rounds; the ring's
+// level from the readings taken on the ring, not from congested ones or another topology's.
+TEST(Features, RingProbeReadingAndTheRingsClearLevel) {
+  constexpr int64_t kS = 1'000'000'000;
+  FeatureExtractor ex("j");
+  JobState j;
+  j.topology = int(Topology::kRing);
+  int64_t now = 0;
+  auto look = [&](double probe_s, int64_t at_ns) -> const Features& {
+    now += kS;
+    j.ring_probe_s = probe_s;
+    j.ring_probe_at_ns = at_ns;
+    return ex.update(snapshotsOf(j), now);
+  };
+  // Before the topology settled (kDeliverySettleNs): a reading, but no level yet.
+  const Features& first = look(0.004, 1 * kS);
+  EXPECT_DOUBLE_EQ(first.ring_probe.seconds, 0.004);  // rank 0's, the lowest
+  EXPECT_EQ(first.ring_probe.reference_s, 0);
+  EXPECT_EQ(first.ring_probe.ratio, 0);
+  // Three readings on the settled ring make its level; a repeated one (no new round) counts once.
+  look(0.004, 1 * kS);
+  look(0.003, 3 * kS);
+  look(0.003, 3 * kS);
+  look(0.005, 5 * kS);
+  EXPECT_EQ(look(0.004, 6 * kS).ring_probe.reference_s, 0);  // known from the next look
+  const Features& known = look(0.004, 7 * kS);
+  EXPECT_NEAR(known.ring_probe.reference_s, 0.004, 1e-9);
+  EXPECT_NEAR(known.ring_probe.ratio, 1.0, 1e-6);
+  // A congested reading on the ring is no level.
+  const Features& slow = look(0.02, 8 * kS);
+  EXPECT_NEAR(slow.ring_probe.ratio, 5.0, 1e-6);
+  EXPECT_NEAR(look(0.004, 9 * kS).ring_probe.reference_s, 0.004, 1e-9);
+  // Readings under another topology are judged against the ring's level, and are none of it.
+  j.topology = int(Topology::kHierarchical);
+  for (int k = 0; k < 6; ++k) look(0.008, (10 + k) * kS);
+  const Features& hier = look(0.008, 16 * kS);
+  EXPECT_NEAR(hier.ring_probe.reference_s, 0.004, 1e-9);
+  EXPECT_NEAR(hier.ring_probe.ratio, 2.0, 1e-6);
+  // With no reading in the window the last one is carried, and goes stale.
+  j.ring_probe_s = -1;
+  now += kS;
+  const Features& carried = ex.update(snapshotsOf(j), now);
+  EXPECT_NEAR(carried.ring_probe.seconds, 0.008, 1e-9);
+  EXPECT_TRUE(carried.ring_probe.fresh(now));
+  EXPECT_FALSE(carried.ring_probe.fresh(now + RingProbe::kFreshNs + kS));
+  EXPECT_TRUE(featuresJson(carried).contains("ring_probe"));
+}
+
 }  // namespace bpftrain::collector::controller

@@ -97,6 +97,10 @@ struct JobState {
     bool present() const { return completion_p50 >= 0; }
   };
   RdmaState rdma;
+  // The ring probe (bpftrain_ring_probe_seconds): every rank's latest reading, taken at
+  // ring_probe_at_ns; absent when ring_probe_s < 0.
+  double ring_probe_s = -1;
+  int64_t ring_probe_at_ns = 0;
 };
 
 inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
@@ -111,6 +115,14 @@ inline std::vector<SeriesSnapshot> snapshotsOf(const JobState& j) {
     v.push_back(gauge("bpftrain_pinning", jr(j.job, r), j.pinning));
     v.push_back(gauge("bpftrain_config_epoch", jr(j.job, r), double(j.epoch)));
     v.push_back(gauge("bpftrain_checkpoint_active", jr(j.job, r), j.checkpoint ? 1 : 0));
+    if (j.ring_probe_s >= 0) {
+      // The last rank to arrive waits least: the others read a little more.
+      SeriesSnapshot p = dist("bpftrain_ring_probe_seconds", jr(j.job, r),
+                              j.ring_probe_s * (1 + 0.1 * r), j.ring_probe_s * (1 + 0.1 * r), 1);
+      p.last = j.ring_probe_s * (1 + 0.1 * r);
+      p.last_update_ns = j.ring_probe_at_ns;
+      v.push_back(std::move(p));
+    }
     if (j.has_transport && (j.same_host.present() || j.other_host.present())) {
       for (int link = 0; link < 2; ++link) {
         const JobState::LinkState& ls = link == 0 ? j.same_host : j.other_host;

@@ -100,9 +100,10 @@ TEST(Emitter, SendsHelloStepsAndGaugesThatDecode) {
   Emitter e(o);
   e.setThreads({100, 101, 102});
   e.start();
+  // Every tenth step ran a ring probe; the others report none.
   for (int i = 0; i < 50; ++i)
-    e.pushStep(
-        {uint64_t(1'700'000'000'000'000'000ull + uint64_t(i) * 1'000'000), 0.01, 0.004, 1000, 5e8});
+    e.pushStep({uint64_t(1'700'000'000'000'000'000ull + uint64_t(i) * 1'000'000), 0.01, 0.004, 1000,
+                5e8, i % 10 == 0 ? 0.003 : -1});
   e.setGauge(MetricId::kLoss, 0.25);
   e.setGauge(MetricId::kTopology, 1);
   e.setGauge(MetricId::kConfigEpoch, 7);
@@ -118,6 +119,8 @@ TEST(Emitter, SendsHelloStepsAndGaugesThatDecode) {
   EXPECT_EQ(rx.pid, uint32_t(getpid()));
   EXPECT_EQ(rx.tids, (std::vector<uint32_t>{100, 101, 102}));
   EXPECT_EQ(rx.count[MetricId::kAllreduceSeconds], 50);
+  EXPECT_EQ(rx.count[MetricId::kRingProbeSeconds], 5);
+  EXPECT_DOUBLE_EQ(rx.last[MetricId::kRingProbeSeconds], 0.003);
   EXPECT_DOUBLE_EQ(rx.bytes_sum, 50 * 1000.0);
   EXPECT_DOUBLE_EQ(rx.last[MetricId::kLoss], 0.25);
   EXPECT_DOUBLE_EQ(rx.last[MetricId::kTopology], 1);

@@ -1,0 +1,42 @@
+// A verdict on the ring's links from a higher rung, from the ring probe (features.h RingProbe):
+// clear once `clear_readings` rounds in a row read at or below `clear_ratio` of the ring's clear
+// level (the way back needs no re-probe), congested while the last round at or above
+// `congested_ratio` is fresh (a re-probe would fail). Each round counts once, however many looks
+// see it. Policies own one each and call update() on every look off the ring.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "collector/controller/features.h"
+
+namespace bpftrain::collector::controller {
+
+struct RingProbeThresholds {
+  double clear_ratio = kRingProbeClearRatio;
+  double congested_ratio = kRingProbeCongestedRatio;
+  int clear_readings = 2;
+};
+
+class RingProbeJudge {
+ public:
+  enum class Verdict { kNone, kClear, kCongested };
+  explicit RingProbeJudge(RingProbeThresholds t = {}) : t_(t) {}
+  // The verdict at now_ns; `why` says what the probe read when there is one.
+  Verdict update(const Features& f, int64_t now_ns, std::string& why);
+  // Off the rung it judges from: readings start over, and the round `f` holds never counts (it
+  // was taken before the move).
+  void reset(const Features& f) {
+    clear_in_a_row_ = 0;
+    seen_at_ns_ = f.ring_probe.at_ns;
+  }
+  int clearInARow() const { return clear_in_a_row_; }
+
+ private:
+  RingProbeThresholds t_;
+  int clear_in_a_row_ = 0;
+  int64_t seen_at_ns_ = -1;    // the round last counted
+  int64_t congested_ns_ = -1;  // when a round last read congested
+};
+
+}  // namespace bpftrain::collector::controller

@@ -1,0 +1,162 @@
+// The ring probe's verdict (ring_probe_judge.h), alone and in the rules policy: the way back
+// from hierarchical on the probe's readings, and no re-probe while they read congested.
+#include "collector/controller/ring_probe_judge.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "collector/controller/bandit_policy.h"
+#include "collector/controller/rules_policy.h"
+#include "tests/collector/controller/synthetic.h"
+
+namespace bpftrain::collector::controller {
+namespace {
+
+using namespace testing;
+
+constexpr int64_t kStepNs = 500'000'000;
+// The ranks probe every ~1.2 s off the ring (4 steps of 0.3 s on netlab) and every few seconds
+// on it; here one round every 1.2 s whatever runs.
+constexpr int64_t kProbeEveryNs = 1'200'000'000;
+
+Features probed(double ratio, int64_t at_ns) {
+  Features f;
+  f.ring_probe = {.seconds = 0.004 * ratio, .at_ns = at_ns, .reference_s = 0.004, .ratio = ratio};
+  return f;
+}
+
+// Each round counts once however many looks see it; clear takes two in a row, a congested round
+// holds while fresh; a stale round or none says nothing; reset() never counts the round it saw.
+TEST(RingProbeJudge, RoundsInARowFreshnessAndReset) {
+  using V = RingProbeJudge::Verdict;
+  RingProbeJudge j;
+  std::string why;
+  EXPECT_EQ(j.update(Features{}, 0, why), V::kNone);
+  EXPECT_EQ(j.update(probed(5, 1 * kStepNs), 1 * kStepNs, why), V::kCongested);
+  EXPECT_NE(why.find("20.0 ms, 5.00x"), std::string::npos) << why;
+  EXPECT_EQ(j.update(probed(1, 2 * kStepNs), 2 * kStepNs, why), V::kCongested);  // still fresh
+  EXPECT_EQ(j.update(probed(1, 2 * kStepNs), 3 * kStepNs, why), V::kCongested);  // same round
+  EXPECT_EQ(j.clearInARow(), 1);
+  EXPECT_EQ(j.update(probed(1.2, 4 * kStepNs), 4 * kStepNs, why), V::kClear);
+  EXPECT_NE(why.find("2 rounds in a row"), std::string::npos) << why;
+  const int64_t stale = 4 * kStepNs + RingProbe::kFreshNs + 1;
+  EXPECT_EQ(j.update(probed(1.2, 4 * kStepNs), stale, why), V::kNone);
+  RingProbeJudge k;
+  k.reset(probed(1, 9 * kStepNs));
+  EXPECT_EQ(k.update(probed(1, 9 * kStepNs), 9 * kStepNs, why), V::kNone);
+  EXPECT_EQ(k.clearInARow(), 0);
+}
+
+struct Move {
+  double t;
+  Topology to;
+  std::string reason, detail;
+};
+
+// Same-host congestion between `from` and `to` seconds. The ring's links as the tcp probe and the
+// ring probe read them: on the ring its same-host RTT; on hierarchical no same-host traffic, and
+// the ring probe 4 ms clear, 20 ms with lo throttled (1.5 MiB a hop at 500 Mbit/s, less the
+// TBF's 256 KB burst), whatever topology runs.
+std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, bool probe = true) {
+  std::vector<Move> out;
+  Topology cur = Topology::kRing;
+  FeatureExtractor ex("j");
+  for (int64_t ns = 0; ns <= int64_t(seconds * 1e9); ns += kStepNs) {
+    const double t = double(ns) * 1e-9;
+    const bool congested = t >= from && t < to;
+    JobState j;
+    const bool ring = cur == Topology::kRing;
+    j.topology = int(cur);
+    j.samples_per_s_per_rank = ring ? (congested ? 150 : 500) : 400;
+    if (ring) j.same_host = {congested ? 9e-3 : 0.2e-3, congested ? 33e-3 : 1.5e-3, 6e6};
+    j.other_host = {ring ? 1.3e-3 : 6e-3, ring ? 6.5e-3 : 14e-3, 6e6};
+    if (probe) {
+      const int64_t at = ns / kProbeEveryNs * kProbeEveryNs;
+      const double at_s = double(at) * 1e-9;
+      j.ring_probe_s = at_s >= from && at_s < to ? 0.020 : 0.004;
+      j.ring_probe_at_ns = at;
+    }
+    const Decision d = p.decide(ex.update(snapshotsOf(j), ns), Arm{cur, PinMode::kNone}, ns);
+    if (d.change) {
+      out.push_back({t, d.to.topology, std::string(d.reason), d.detail});
+      cur = d.to.topology;
+    }
+  }
+  return out;
+}
+
+TEST(RingProbeWayBack, StepsBackWhenTheProbeReadsTheRingClearAndNeverReprobesBefore) {
+  RulesPolicy p;
+  const auto moves = intraHost(p, 90, 30, 70);
+  ASSERT_EQ(moves.size(), 2u) << "up once, back once: no re-probe while the probe reads 5x";
+  EXPECT_EQ(moves[0].to, Topology::kHierarchical);
+  EXPECT_LE(moves[0].t, 30.5);
+  EXPECT_EQ(moves[1].to, Topology::kRing);
+  EXPECT_EQ(moves[1].reason, "clear");
+  EXPECT_NE(moves[1].detail.find("ring probe"), std::string::npos) << moves[1].detail;
+  // Two clear rounds after the lift (1.2 s apart), read at the next window step.
+  EXPECT_GE(moves[1].t, 70.0);
+  EXPECT_LE(moves[1].t, 70.0 + 2 * 1.2 + 0.5);
+}
+
+TEST(RingProbeWayBack, WithoutTheProbeTheWayBackIsAReprobe) {
+  RulesPolicy p;
+  const auto moves = intraHost(p, 90, 30, 70, false);
+  ASSERT_GE(moves.size(), 3u);
+  EXPECT_EQ(moves[1].reason, "reprobe");  // during the congestion: it fails and climbs back
+  EXPECT_LT(moves[1].t, 70.0);
+}
+
+// One clear round among congested ones is no way back: the readings must agree in a row.
+TEST(RingProbeWayBack, OneClearReadingIsNotEnough) {
+  RulesPolicy p;
+  // Congested from 30 s on, but the round taken at 50.4 s reads clear.
+  std::vector<Move> out;
+  Topology cur = Topology::kRing;
+  FeatureExtractor ex("j");
+  for (int64_t ns = 0; ns <= 80'000'000'000; ns += kStepNs) {
+    const double t = double(ns) * 1e-9;
+    JobState j;
+    const bool ring = cur == Topology::kRing;
+    j.topology = int(cur);
+    j.samples_per_s_per_rank = ring ? (t >= 30 ? 150 : 500) : 400;
+    if (ring) j.same_host = {t >= 30 ? 9e-3 : 0.2e-3, t >= 30 ? 33e-3 : 1.5e-3, 6e6};
+    j.other_host = {ring ? 1.3e-3 : 6e-3, ring ? 6.5e-3 : 14e-3, 6e6};
+    const int64_t at = ns / kProbeEveryNs * kProbeEveryNs;
+    j.ring_probe_s = at < 30'000'000'000 || at == 50'400'000'000 ? 0.004 : 0.020;
+    j.ring_probe_at_ns = at;
+    const Decision d = p.decide(ex.update(snapshotsOf(j), ns), Arm{cur, PinMode::kNone}, ns);
+    if (d.change) {
+      out.push_back({t, d.to.topology, std::string(d.reason), d.detail});
+      cur = d.to.topology;
+    }
+  }
+  ASSERT_EQ(out.size(), 1u) << out.back().reason << " at " << out.back().t;
+  EXPECT_EQ(out[0].to, Topology::kHierarchical);
+}
+
+// The bandit's way back from the arm a same-host change drove it to: the ring re-probed as soon
+// as the probe reads it clear, and not while it reads it congested.
+TEST(RingProbeWayBack, TheBanditReprobesTheRingWhenTheProbeReadsItClear) {
+  auto ringMoves = [](const std::vector<Move>& moves, double from, double to) {
+    std::vector<Move> out;
+    for (const Move& m : moves)
+      if (m.to == Topology::kRing && m.t >= from && m.t < to) out.push_back(m);
+    return out;
+  };
+  BanditPolicy with;
+  const auto moves = intraHost(with, 90, 30, 70);
+  EXPECT_TRUE(ringMoves(moves, 32, 70).empty()) << ringMoves(moves, 32, 70).front().detail;
+  const auto back = ringMoves(moves, 70, 90);
+  ASSERT_FALSE(back.empty());
+  EXPECT_LE(back.front().t, 70.0 + 2 * 1.2 + 0.5);
+  EXPECT_NE(back.front().detail.find("ring probe"), std::string::npos) << back.front().detail;
+
+  BanditPolicy without;
+  EXPECT_FALSE(ringMoves(intraHost(without, 90, 30, 70, false), 32, 70).empty())
+      << "without the probe the way back is the backed-off re-probe, tried while congested";
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::controller
