@@ -328,7 +328,8 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   }
   if (changed) noteChange(f, size_t(cur), settle_steps);
   ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;
-  if (origin_arm_ >= 0 && origin_arm_ != cur &&
+  // (After a same-host change only: the probe does not show an uplink's throttle, RingProbeJudge.)
+  if (origin_arm_ >= 0 && origin_arm_ != cur && same_host_congested_ &&
       config_.arms[size_t(origin_arm_)].topology == Topology::kRing &&
       config_.arms[size_t(cur)].topology != Topology::kRing)
     ring_probe_verdict_ = ring_probe_.update(f, now_ns, ring_probe_why_);

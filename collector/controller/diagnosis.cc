@@ -99,10 +99,11 @@ Diagnosis Diagnoser::raw(const Features& f) {
     // there (the rules climbed 0.7 s after the four-phase run's uplink onset, on the delivery
     // rate, and the diagnosis never named it).
     return seen;
-  } else if (const RingProbe& p = f.ring_probe; ring_link_.cause != "none" && p.fresh(f.now_ns) &&
-                                                p.ratio > 0 &&
+  } else if (const RingProbe& p = f.ring_probe; ring_link_.link == "same_host" &&
+                                                p.fresh(f.now_ns) && p.ratio > 0 &&
                                                 p.ratio <= config_.ring_probe_clear_ratio) {
-    ring_link_ = Diagnosis{};  // the ring probe reads the ring's links clear again
+    // The ring probe reads the ring's links clear again (same-host only: ring_probe_judge.h).
+    ring_link_ = Diagnosis{};
   } else if (ring_link_.cause != "none") {
     d = ring_link_;
     d.carried = true;
