@@ -1,6 +1,7 @@
 #include "collector/controller/diagnosis.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "collector/controller/figures.h"
 
@@ -67,7 +68,11 @@ const Diagnosis& Diagnoser::update(const Features& f) {
   }
   candidate_steps_ = d.sameAs(candidate_) ? candidate_steps_ + 1 : 1;
   candidate_ = d;
-  if (candidate_steps_ >= kHoldSteps || !f.has_steps) {
+  // A clear ring probe is a direct reading of the links, not one noisy window: the carried link
+  // congestion ends at once. With the hold it ended two steps later, 1.4 s after the lift
+  // (median over netlab's clear phases, 2026-12-05), where the goal is 1 s.
+  const bool probe_cleared = std::exchange(probe_cleared_link_, false);
+  if (candidate_steps_ >= kHoldSteps || !f.has_steps || probe_cleared) {
     last_ = d;
     candidate_steps_ = 0;
   }
@@ -91,7 +96,11 @@ Diagnosis Diagnoser::raw(const Features& f) {
   Diagnosis d;
   if (!f.has_steps) return d;
   const bool on_ring = f.topology == Topology::kRing && f.config_consistent;
+  std::string probe_why;
+  const RingProbeJudge::Verdict probe =
+      on_ring ? RingProbeJudge::Verdict::kNone : ring_probe_.update(f, f.now_ns, probe_why);
   if (on_ring) {
+    ring_probe_.reset(f);
     ring_link_ = Diagnosis{};
     if (linkCongestion(f, ring_link_, true)) return ring_link_;
   } else if (Diagnosis seen; f.config_consistent && linkCongestion(f, seen, false)) {
@@ -99,14 +108,14 @@ Diagnosis Diagnoser::raw(const Features& f) {
     // there (the rules climbed 0.7 s after the four-phase run's uplink onset, on the delivery
     // rate, and the diagnosis never named it).
     return seen;
-  } else if (const RingProbe& p = f.ring_probe; ring_link_.link == "same_host" &&
-                                                p.fresh(f.now_ns) && p.ratio > 0 &&
-                                                p.ratio <= config_.ring_probe_clear_ratio) {
+  } else if (ring_link_.link == "same_host" && probe == RingProbeJudge::Verdict::kClear) {
     // The ring probe reads the ring's links clear again (same-host only: ring_probe_judge.h).
     ring_link_ = Diagnosis{};
+    probe_cleared_link_ = last_.cause == "congested_link";
   } else if (ring_link_.cause != "none") {
     d = ring_link_;
     d.carried = true;
+    const RingProbe& p = f.ring_probe;
     d.detail += p.fresh(f.now_ns) && p.ratio > 0
                     ? figures(
                           " (last seen on the ring; the ring probe reads %.1f ms, %.2fx its "

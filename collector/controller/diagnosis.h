@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "collector/controller/features.h"
+#include "collector/controller/ring_probe_judge.h"
 #include "collector/controller/rules_policy.h"
 
 namespace bpftrain::collector::controller {
@@ -25,9 +26,10 @@ struct DiagnosisConfig {
   double rtt_jitter_s = RulesConfig{}.rtt_jitter_high_s;
   double delivery_drop_fraction = RulesConfig{}.delivery_drop_fraction;
   double delivery_clear_fraction = RulesConfig{}.delivery_clear_fraction;
-  // The ring probe (features.h RingProbe) at or below this: the ring's links are clear, so a
-  // link congestion last seen on the ring is no longer carried off it.
-  double ring_probe_clear_ratio = RulesConfig{}.ring_probe.clear_ratio;
+  // The ring probe (ring_probe_judge.h) reading the ring's links clear: a same-host congestion
+  // last seen on the ring is no longer carried off it. The policies' thresholds, but one clear
+  // round: a diagnosis wrong for a round costs nothing, a step down does.
+  RingProbeThresholds ring_probe{.clear_readings = 1};
   // CPU contention: one rank's threads waiting this long per second for a CPU (run-queue wait,
   // summed over its threads). Task migrations are not the signal: clear phases showed 180-192
   // cpu+llc migrations/s, phases with competing busy loops 10-50/s (docs/controller.md).
@@ -55,7 +57,8 @@ struct Diagnosis {
 
 class Diagnoser {
  public:
-  explicit Diagnoser(DiagnosisConfig config = {}) : config_(config) {}
+  explicit Diagnoser(DiagnosisConfig config = {})
+      : config_(config), ring_probe_(config.ring_probe) {}
   const Diagnosis& update(const Features& f);
   const Diagnosis& last() const { return last_; }
   // The policy moved the job on one link class's congestion (Decision::link, `link` a Link):
@@ -85,6 +88,10 @@ class Diagnoser {
   Diagnosis candidate_;
   int candidate_steps_ = 0;
   Diagnosis ring_link_;  // the link diagnosis last made on the ring (cause none when clear)
+  bool probe_cleared_link_ = false;  // raw() just ended a carried link on a clear ring probe
+  // Off the ring only, reset on it: a round taken on the ring before a move (clear, and fresh
+  // for 3 s) once ended the same-host congestion the move was made for, 1 s after it.
+  RingProbeJudge ring_probe_;
 };
 
 }  // namespace bpftrain::collector::controller

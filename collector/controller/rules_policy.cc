@@ -121,6 +121,9 @@ void RulesPolicy::climb(const Features& f, Decision& d, Signal signal, int wante
     failed_probe_cost_ns_ = now_ns - last_descent_ns_;
   else if (calm_samples_ > 0)
     left_calm_samples_ = calm_samples_;
+  // A rise re-probe that climbs back was a false rise; another cause starts afresh.
+  rise_failed_ = ends_probe && same_cause && (rise_failed_ || rise_reprobe_);
+  rise_reprobe_ = false;
   if (last_descent_ns_ >= 0) {
     if (now_ns - last_descent_ns_ < config_.failed_descent_window.count() &&
         (same_cause || ends_probe)) {
@@ -305,6 +308,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
   const bool dwell_ok = since_switch >= config_.min_dwell.count();
   const bool escalate_ok = escalateOk(now_ns);
+  std::string rise_why;
+  const bool rose = risen(f, level, by_link, now_ns, rise_why);
   // A step down is an A/B trial too: after probe_settle, the lower rung's samples/s over
   // probe_measure must not fall short of the rung it left (smoothed before the move) by more than
   // probe_loss, whatever the transport signals say (a clear link is no proof the lower rung is
@@ -316,6 +321,8 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     slower_why = figures("samples/s %.0f on the lower rung against %.0f before the step down",
                          r->after, r->before);
     slower_loss = 1 - r->after / r->before;
+    rise_failed_ = rise_failed_ || rise_reprobe_;
+    rise_reprobe_ = false;
   }
   // The slowdown probe's verdict: the higher rung must run faster than the slow one it left.
   std::string ascent_why;
@@ -381,9 +388,10 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.detail = clear_why + figures(" for %.1fs (hold %.1fs)",
                                    double(now_ns - clear_since_ns_) * 1e-9, double(hold) * 1e-9);
     last_descent_ns_ = now_ns;
-  } else if (std::string reprobe_why; dwell_ok && (by_link || hidden_trigger_) && level > 0 &&
-                                      signal != Signal::kSevere && !still_congested &&
-                                      now_ns - on_rung_since_ns_ >= reprobeWaitNs(reprobe_why)) {
+  } else if (std::string reprobe_why;
+             dwell_ok && (by_link || hidden_trigger_) && level > 0 && signal != Signal::kSevere &&
+             !still_congested &&
+             (rose || now_ns - on_rung_since_ns_ >= reprobeWaitNs(reprobe_why))) {
     // No verdict on the causing link from up here: try the lower rung; its own signals decide
     // within a second or two whether to climb back.
     d.change = true;
@@ -391,10 +399,14 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.reason = "reprobe";
     startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
     d.detail = std::string(trigger_link_ >= 0 ? triggerName(trigger_link_) : "the slowdown") +
-               figures(" cannot be judged on this rung; probing the lower one after %.0fs",
-                       double(now_ns - on_rung_since_ns_) * 1e-9, 0) +
-               " (" + reprobe_why + ")";
+               " cannot be judged on this rung; " +
+               (rose ? rise_why + ": probing the lower one now"
+                     : figures("probing the lower one after %.0fs",
+                               double(now_ns - on_rung_since_ns_) * 1e-9, 0) +
+                           " (" + reprobe_why + ")");
     last_descent_ns_ = now_ns;
+    rise_reprobe_ = rose;
+    if (!rose) rise_failed_ = false;  // the periodic re-probe is due: rises count again
   }
 
   pinTrialVerdict(f, current, d, now_ns);
@@ -415,6 +427,30 @@ void RulesPolicy::updateTrialBaselines(const Features& f) {
     for (int m = 0; m < kPinModeCount; ++m)
       pin_signal_ewma_[m] += kAlpha * (pinSignal(f, PinMode(m)) - pin_signal_ewma_[m]);
   }
+}
+
+bool RulesPolicy::risen(const Features& f, int level, bool by_link, int64_t now_ns,
+                        std::string& why) {
+  if (level == 0 || !by_link || trigger_link_ != int(Link::kOtherHost) || rise_failed_ ||
+      !f.config_consistent || f.samples_per_s_window <= 0 ||
+      now_ns - on_rung_since_ns_ < config_.probe_settle.count()) {
+    rise_steps_ = 0;
+    return false;
+  }
+  const double level_samples = rung_samples_n_ > 0 ? rung_samples_sum_ / rung_samples_n_ : 0;
+  if (rung_samples_n_ < config_.reprobe_rise_min_readings ||
+      f.samples_per_s_window < config_.reprobe_rise_factor * level_samples) {
+    // Not a rise: one more reading of the level (a rise does not become the level).
+    rise_steps_ = 0;
+    rung_samples_sum_ += f.samples_per_s_window;
+    ++rung_samples_n_;
+    return false;
+  }
+  ++rise_steps_;
+  why = figures("its samples/s rose to %.0f, %.2fx its %.0f since the climb",
+                f.samples_per_s_window, f.samples_per_s_window / level_samples, level_samples) +
+        figures(", for %.0f steps", double(rise_steps_));
+  return rise_steps_ >= config_.reprobe_rise_steps;
 }
 
 int64_t RulesPolicy::reprobeWaitNs(std::string& why) const {
@@ -454,6 +490,9 @@ void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int
       slow_since_ns_ = -1;
       slow_sum_ = 0;
       slow_n_ = 0;
+      rung_samples_sum_ = 0;  // the next rung's level since the move
+      rung_samples_n_ = 0;
+      rise_steps_ = 0;
     }
     last_switch_ns_ = now_ns;
     react_looks_ = 0;

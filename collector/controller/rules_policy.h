@@ -158,6 +158,16 @@ class RulesPolicy final : public Policy {
   double slow_sum_ = 0;
   int slow_n_ = 0;
   int64_t on_rung_since_ns_ = -1;  // when the current rung was entered (re-probe clock)
+  // This rung's samples/s since the climb (RulesConfig::reprobe_rise_*): the mean of the
+  // window's readings from probe_settle on, and how many steps in a row read a rise over it.
+  double rung_samples_sum_ = 0;
+  int rung_samples_n_ = 0;
+  int rise_steps_ = 0;
+  // A rise re-probe that failed: no other until the periodic one is due.
+  bool rise_failed_ = false;
+  bool rise_reprobe_ = false;  // the pending step down was a rise re-probe
+  // Whether this rung's samples/s rose over its level since the climb (updates the level).
+  bool risen(const Features& f, int level, bool by_link, int64_t now_ns, std::string& why);
   // The ring's links judged from hierarchical by the ring probe (RulesConfig::ring_probe_*).
   RingProbeJudge ring_probe_;
 };

@@ -179,19 +179,26 @@ TEST(Diagnosis, TheRingProbeEndsACarriedLinkCongestion) {
   Diagnoser d;
   JobState j = ring();
   j.same_host = {12e-3, 40e-3, 7e6};
-  settle(d, featuresOf(j));
+  Features on_ring = featuresOf(j);
+  // The round taken on the ring before the move read clear; it is still fresh off the ring, but
+  // was taken before the congestion the move was made for.
+  on_ring.ring_probe = {.seconds = 0.004, .at_ns = 1, .reference_s = 0.004, .ratio = 1};
+  settle(d, on_ring);
   JobState h;
   h.topology = int(Topology::kHierarchical);
   h.other_host = {6e-3, 14e-3, 7e6};
-  h.ring_probe_at_ns = 0;
   Features f = featuresOf(h);
-  f.ring_probe = {.seconds = 0.020, .at_ns = 0, .reference_s = 0.004, .ratio = 5};
+  f.ring_probe = on_ring.ring_probe;
+  EXPECT_EQ(settle(d, f).cause, "congested_link") << "a round from before the move";
+  f.ring_probe = {.seconds = 0.020, .at_ns = 2, .reference_s = 0.004, .ratio = 5};
   const Diagnosis& congested = settle(d, f);
   EXPECT_EQ(congested.cause, "congested_link");
   EXPECT_TRUE(congested.carried);
   EXPECT_NE(congested.detail.find("ring probe reads 20.0 ms, 5.00x"), std::string::npos)
       << congested.detail;
-  f.ring_probe = {.seconds = 0.0045, .at_ns = 0, .reference_s = 0.004, .ratio = 1.125};
+  f.ring_probe = {.seconds = 0.0045, .at_ns = 3, .reference_s = 0.004, .ratio = 1.125};
+  // At once: one clear round, a direct reading, not a window that needs the hold.
+  EXPECT_EQ(d.update(f).cause, "none");
   EXPECT_EQ(settle(d, f).cause, "none");
 }
 

@@ -48,6 +48,39 @@ TEST(RingProbeJudge, RoundsInARowFreshnessAndReset) {
   EXPECT_EQ(k.clearInARow(), 0);
 }
 
+// A lift is a drop from what the probe read since the move, whatever the clear level became: on a
+// noisier host the rounds after it read 2.1x the ring's clear level (above the congested ratio)
+// but 0.5x the throttled rounds. Before min_congested_rounds such a round is congested; noisy
+// throttled rounds (0.8-1.2x their level) never read as a drop.
+TEST(RingProbeJudge, ALiftIsADropFromTheLevelSinceTheMove) {
+  using V = RingProbeJudge::Verdict;
+  std::string why;
+  RingProbeJudge early;
+  EXPECT_EQ(early.update(probed(4.5, 1 * kStepNs), 1 * kStepNs, why), V::kCongested);
+  EXPECT_EQ(early.update(probed(2.1, 2 * kStepNs), 2 * kStepNs, why), V::kCongested);
+  EXPECT_EQ(early.clearInARow(), 0) << "no level since the move yet";
+
+  RingProbeJudge j;
+  const double throttled[] = {4.5, 3.8, 5.4, 4.1, 3.6, 5.2};  // 18 ms +- 20%
+  int64_t t = 0;
+  for (double r : throttled) {
+    t += kStepNs;
+    EXPECT_EQ(j.update(probed(r, t), t, why), V::kCongested) << r;
+    EXPECT_EQ(j.clearInARow(), 0);
+  }
+  EXPECT_NEAR(j.congestedLevel(), 0.004 * 4.5, 1e-6);
+  t += kStepNs;
+  j.update(probed(2.1, t), t, why);
+  EXPECT_EQ(j.clearInARow(), 1);
+  t += kStepNs;
+  EXPECT_EQ(j.update(probed(2.0, t), t, why), V::kClear);
+  EXPECT_NE(why.find("0.44x its 18.0 ms since the move"), std::string::npos) << why;
+  // The clear rounds did not become the level.
+  EXPECT_NEAR(j.congestedLevel(), 0.004 * 4.5, 1e-6);
+  j.reset(probed(2.0, t));
+  EXPECT_EQ(j.congestedLevel(), 0);
+}
+
 struct Move {
   double t;
   Topology to;
@@ -58,7 +91,10 @@ struct Move {
 // ring probe read them: on the ring its same-host RTT; on hierarchical no same-host traffic, and
 // the ring probe 4 ms clear, 20 ms with lo throttled (1.5 MiB a hop at 500 Mbit/s, less the
 // TBF's 256 KB burst), whatever topology runs.
-std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, bool probe = true) {
+// `after_s`: what the probe reads after the lift (the clear level on a quiet host; more on a
+// noisier one).
+std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, bool probe = true,
+                            double after_s = 0.004) {
   std::vector<Move> out;
   Topology cur = Topology::kRing;
   FeatureExtractor ex("j");
@@ -74,7 +110,7 @@ std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, b
     if (probe) {
       const int64_t at = ns / kProbeEveryNs * kProbeEveryNs;
       const double at_s = double(at) * 1e-9;
-      j.ring_probe_s = at_s >= from && at_s < to ? 0.020 : 0.004;
+      j.ring_probe_s = at_s >= from && at_s < to ? 0.020 : at_s >= to ? after_s : 0.004;
       j.ring_probe_at_ns = at;
     }
     const Decision d = p.decide(ex.update(snapshotsOf(j), ns), Arm{cur, PinMode::kNone}, ns);
@@ -97,6 +133,17 @@ TEST(RingProbeWayBack, StepsBackWhenTheProbeReadsTheRingClearAndNeverReprobesBef
   EXPECT_NE(moves[1].detail.find("ring probe"), std::string::npos) << moves[1].detail;
   // Two clear rounds after the lift (1.2 s apart), read at the next window step.
   EXPECT_GE(moves[1].t, 70.0);
+  EXPECT_LE(moves[1].t, 70.0 + 2 * 1.2 + 0.5);
+}
+
+// The same on a noisier host, whose rounds after the lift read 8 ms, 2x the ring's clear level:
+// the drop from the throttled 20 ms steps back as soon.
+TEST(RingProbeWayBack, StepsBackOnTheDropWhenTheClearLevelRose) {
+  RulesPolicy p;
+  const auto moves = intraHost(p, 90, 30, 70, true, 0.008);
+  ASSERT_EQ(moves.size(), 2u);
+  EXPECT_EQ(moves[1].to, Topology::kRing);
+  EXPECT_EQ(moves[1].reason, "clear");
   EXPECT_LE(moves[1].t, 70.0 + 2 * 1.2 + 0.5);
 }
 

@@ -6,119 +6,14 @@
 #include <functional>
 #include <random>
 
+#include "tests/collector/controller/rules_harness.h"
 #include "tests/collector/controller/synthetic.h"
 
 namespace bpftrain::collector::controller {
 namespace {
 
 using namespace testing;
-
-constexpr int64_t kStepNs = 500'000'000;
-
-struct Switch {
-  double t;
-  Arm to;
-  std::string reason;
-};
-
-// Drives the policy with one JobState per 500 ms step from `state(t, current arm)` (signals
-// that depend on the topology running); decisions apply at once.
-std::vector<Switch> runOnArm(RulesPolicy& p, double seconds,
-                             const std::function<JobState(double, const Arm&)>& state,
-                             Arm start = {}) {
-  std::vector<Switch> out;
-  Arm cur = start;
-  FeatureExtractor ex("j");
-  for (int64_t ns = 0; ns <= int64_t(seconds * 1e9); ns += kStepNs) {
-    double t = double(ns) * 1e-9;
-    JobState j = state(t, cur);
-    j.topology = int(cur.topology);
-    j.pinning = int(cur.pinning);
-    Decision d = p.decide(ex.update(snapshotsOf(j), ns), cur, ns);
-    if (d.change) {
-      out.push_back({t, d.to, std::string(d.reason)});
-      cur = d.to;
-    }
-  }
-  return out;
-}
-
-// The same for signals that do not depend on the topology.
-std::vector<Switch> run(RulesPolicy& p, double seconds,
-                        const std::function<JobState(double)>& state, Arm start = {}) {
-  return runOnArm(
-      p, seconds, [&](double t, const Arm&) { return state(t); }, start);
-}
-
-// Levels as the TCP probes measured them on netlab (see RulesConfig).
-JobState clear() {
-  JobState j;
-  j.queued_bytes_p99 = 6e6;
-  j.rtt_p50 = 1.3e-3;
-  j.rtt_p99 = 6.5e-3;
-  return j;
-}
-JobState congested() {
-  JobState j;
-  j.samples_per_s_per_rank = 300;  // congestion costs throughput (500 clear)
-  j.queued_bytes_p99 = 7.8e6;
-  j.rtt_p50 = 9e-3;
-  j.rtt_p99 = 33e-3;
-  return j;
-}
-JobState severe() {
-  JobState j = congested();
-  j.queued_bytes_p99 = 80e6;
-  return j;
-}
-
-// A topology-aware signal model per link class, from the levels the tcp probe measured on netlab
-// (RulesConfig): hierarchical's leaders keep the inter-host RTT median at 2-7 ms whether or not
-// anything is congested (above the thresholds), and its same-host stage runs through shared
-// memory (no same-host gradient traffic: the class is absent here; in reality its few control
-// messages show 6-18 ms). kUplinkCongested is an uplink throttled hard enough for the ring's
-// inter-host RTT to show it. kUplinkHidden is the 2 Gbit/s uplink as measured: the ring's
-// inter-host RTT median only 1.6-2.6 ms (under every threshold) while its allreduce share of the
-// step rose from 53-58% to 67-71% and hierarchical ran faster. With `delivery`, the links also
-// carry delivery-rate samples (without, every sample was application-limited): what BBR's
-// short queues leave visible of the uplink, the other_host median from ~10 to ~1.8 Gbit/s on
-// either topology (netlab, `ss -ti`).
-enum class Phase { kClear, kIntraHostCongested, kUplinkCongested, kUplinkHidden };
-JobState linkModel(Phase phase, const Arm& arm, bool delivery = false) {
-  JobState j;
-  const bool ring = arm.topology == Topology::kRing;
-  // Throughput per rank: the ring fastest when clear, hierarchical unaffected by same-host
-  // congestion and less hurt by uplink congestion (netlab's orders of magnitude).
-  const bool uplink = phase == Phase::kUplinkCongested || phase == Phase::kUplinkHidden;
-  if (ring)
-    j.samples_per_s_per_rank = phase == Phase::kClear ? 500 : uplink ? 250 : 150;
-  else
-    j.samples_per_s_per_rank = uplink ? 350 : 400;
-  // The allreduce's share of the step: 0.5 clear, up when the uplink slows the exchange.
-  j.step_s = 0.2;
-  j.allreduce_s = phase == Phase::kUplinkHidden ? (ring ? 0.14 : 0.12) : 0.1;
-  if (ring) {
-    j.same_host = {phase == Phase::kIntraHostCongested ? 9e-3 : 0.2e-3,
-                   phase == Phase::kIntraHostCongested ? 33e-3 : 1.5e-3, 6e6};
-    j.other_host = {phase == Phase::kUplinkCongested ? 9e-3
-                    : phase == Phase::kUplinkHidden  ? 2.2e-3
-                                                     : 1.3e-3,
-                    phase == Phase::kUplinkCongested ? 33e-3 : 6.5e-3, 6e6};
-  } else {
-    j.other_host = {phase == Phase::kUplinkCongested ? 9e-3 : 6e-3,
-                    phase == Phase::kUplinkCongested ? 30e-3 : 14e-3, 7e6};
-  }
-  if (delivery) {
-    j.other_host.delivery = uplink ? 1.8e9 / 8 : 10e9 / 8;
-    if (ring) j.same_host.delivery = phase == Phase::kIntraHostCongested ? 0.5e9 / 8 : 20e9 / 8;
-  }
-  return j;
-}
-
-std::vector<Switch> runPhases(RulesPolicy& p, double seconds,
-                              const std::function<Phase(double)>& phase) {
-  return runOnArm(p, seconds, [&](double t, const Arm& a) { return linkModel(phase(t), a); });
-}
+using namespace rules_harness;
 
 // The demo's scenario: same-host links congested, then lifted. Up within ~1 s; the way back
 // comes from probing the ring (hierarchical cannot show same-host links), and probes that fail
@@ -344,20 +239,6 @@ TEST(RulesPolicy, AMarginalSignalRightAfterAStepDownIsNoFailedDescent) {
   EXPECT_LE(failed, 3.1);
 }
 
-// One host's uplink congested: the ring's inter-host links show it. On hierarchical the leaders'
-// own traffic keeps that link's RTT high, which must not read as congestion once it lifts.
-TEST(RulesPolicy, UplinkCongestionUpAndBackDespiteTheLeadersOwnRtt) {
-  RulesPolicy p;
-  auto sw = runPhases(
-      p, 110, [](double t) { return t >= 30 && t < 70 ? Phase::kUplinkCongested : Phase::kClear; });
-  ASSERT_GE(sw.size(), 2u);
-  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
-  EXPECT_LE(sw[0].t, 30.5);  // 0.5x calm: decisive
-  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
-  EXPECT_LE(sw.back().t, 70.0 + 32.5);
-  for (const Switch& s : sw) EXPECT_NE(s.to.topology, Topology::kHalvingDoubling);
-}
-
 // The uplink at 2 Gbit/s as measured: no link signal, only throughput down with the allreduce's
 // share up. The ring's slowdown tries hierarchical (reason slowdown), which runs faster and is
 // kept; re-probes of the ring climb back while the uplink is slow, and the ring comes back after
@@ -440,116 +321,6 @@ TEST(RulesPolicy, TheLowerRungIsReprobedOnceWhatItCanWinBackRepaysAFailedProbe) 
   EXPECT_EQ(far[1].reason, "reprobe");
   EXPECT_GE(far[1].t - far[0].t, 8.0);
   EXPECT_LE(far[1].t - far[0].t, 9.0);
-}
-
-// The same uplink with delivery-rate samples: the link shows it (0.18x its level), so the ring
-// climbs on its first throttled step as for any congested link, not after the slowdown's hold,
-// and the cause is named: the inter-host link.
-TEST(RulesPolicy, AnUplinkTheRttDoesNotShowClimbsOnItsDeliveryRate) {
-  RulesPolicy p;
-  auto sw = runOnArm(p, 110, [](double t, const Arm& a) {
-    return linkModel(t >= 30 && t < 70 ? Phase::kUplinkHidden : Phase::kClear, a, true);
-  });
-  for (const Switch& s : sw)
-    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
-  ASSERT_GE(sw.size(), 2u);
-  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
-  EXPECT_EQ(sw[0].reason, "congestion");
-  EXPECT_GE(sw[0].t, 30.0);
-  EXPECT_LE(sw[0].t, 30.5);
-  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
-  EXPECT_GE(sw.back().t, 70.0);
-  EXPECT_LE(sw.back().t, 70.0 + 32.5);
-}
-
-// Hierarchical with delivery-rate samples: its leaders' RTT under the low thresholds (p50
-// 2.5 ms, jitter 12 ms) throttled or not, as netlab read it at times, and a delivery rate of its
-// own (half the ring's: its traffic pattern), cut to `throttled` of it by the uplink throttle.
-JobState uplinkModel(Phase phase, const Arm& a, double throttled) {
-  JobState j = linkModel(phase, a, true);
-  if (a.topology != Topology::kRing) {
-    j.other_host = {2.5e-3, 14.5e-3, 7e6};
-    j.other_host.delivery = (phase == Phase::kUplinkHidden ? throttled : 1.0) * 5e9 / 8;
-  }
-  return j;
-}
-
-// An uplink only the delivery rate showed (on the ring) is not cleared by hierarchical's RTT,
-// which sits under the low thresholds throttled or not: the way back is the re-probe.
-TEST(RulesPolicy, ALinkOnlyItsDeliveryRateShowedIsNotClearedByItsRtt) {
-  RulesPolicy p;
-  auto sw = runOnArm(p, 110, [](double t, const Arm& a) {
-    return uplinkModel(t >= 30 && t < 70 ? Phase::kUplinkHidden : Phase::kClear, a, 0.75);
-  });
-  for (const Switch& s : sw)
-    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
-  ASSERT_GE(sw.size(), 2u);
-  EXPECT_EQ(sw[0].to.topology, Topology::kHierarchical);
-  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
-  EXPECT_GE(sw.back().t, 70.0);
-  bool reprobed = false;
-  for (const Switch& s : sw) {
-    reprobed = reprobed || s.reason == "reprobe";
-    // Without the rule it stepped down on the RTT's "clear" every 6 s through the throttle.
-    if (s.t < 70) {
-      EXPECT_NE(s.reason, "clear") << s.t;
-    }
-  }
-  EXPECT_TRUE(reprobed);
-}
-
-// Where hierarchical's own delivery level shows the throttle (learned through the intra-host
-// phase, its uplink clear; 0.36x of it while throttled), that is a verdict from up here: no
-// re-probe of the ring while it lasts, and the next one soon after it lifts.
-TEST(RulesPolicy, NoReprobeWhileTheHigherRungReadsTheCausingLinkThrottled) {
-  RulesPolicy p;
-  // The uplink comes more than failed_descent_window after the last descent: the re-probe
-  // interval is back at its 8 s, so only the verdict keeps the ring from being probed.
-  auto phase = [](double t) {
-    return t >= 20 && t < 45    ? Phase::kIntraHostCongested
-           : t >= 80 && t < 115 ? Phase::kUplinkHidden
-                                : Phase::kClear;
-  };
-  auto sw =
-      runOnArm(p, 150, [&](double t, const Arm& a) { return uplinkModel(phase(t), a, 0.36); });
-  for (const Switch& s : sw)
-    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
-  std::vector<Switch> uplink;
-  for (const Switch& s : sw)
-    if (s.t >= 80) uplink.push_back(s);
-  ASSERT_EQ(uplink.size(), 2u);
-  EXPECT_EQ(uplink[0].to.topology, Topology::kHierarchical);
-  EXPECT_LE(uplink[0].t, 80.5);
-  EXPECT_EQ(uplink[1].to.topology, Topology::kRing);
-  EXPECT_EQ(uplink[1].reason, "reprobe");
-  EXPECT_GE(uplink[1].t, 115.0);
-  EXPECT_LE(uplink[1].t, 115.0 + 3.5) << "the delivery rate's 1 s window, then clear_hold";
-}
-
-// An uplink congested 12 s after a re-probe found the same-host links clear is a new cause,
-// not a failed descent: its re-probes start from the base interval (8 s), not a doubled one.
-TEST(RulesPolicy, CongestionOnAnotherLinkSoonAfterAStepDownIsNoFailedDescent) {
-  RulesPolicy p;
-  double back_on_ring = -1;
-  auto sw = runOnArm(p, 110, [&](double t, const Arm& a) {
-    if (t >= 45 && back_on_ring < 0 && a.topology == Topology::kRing) back_on_ring = t;
-    const bool uplink = back_on_ring >= 0 && t >= back_on_ring + 12 && t < 100;
-    return uplinkModel(t >= 20 && t < 45 ? Phase::kIntraHostCongested
-                       : uplink          ? Phase::kUplinkHidden
-                                         : Phase::kClear,
-                       a, 0.75);
-  });
-  for (const Switch& s : sw)
-    std::printf("%.1f s: %s (%s)\n", s.t, armName(s.to).c_str(), s.reason.c_str());
-  ASSERT_GE(back_on_ring, 45.0);
-  const double onset = back_on_ring + 12;
-  std::vector<Switch> after;
-  for (const Switch& s : sw)
-    if (s.t >= onset) after.push_back(s);
-  ASSERT_GE(after.size(), 2u);
-  EXPECT_EQ(after[0].to.topology, Topology::kHierarchical);
-  EXPECT_EQ(after[1].reason, "reprobe");
-  EXPECT_LE(after[1].t - after[0].t, 8.5);
 }
 
 // The same slowdown where the next rung is no faster: one probe, back within seconds, and the
