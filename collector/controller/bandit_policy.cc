@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
+#include <vector>
 
 #include "collector/controller/rules_policy.h"
 
@@ -344,6 +346,17 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     const double mean = trial_->sum / trial_->n;
     const bool slow = mean <= config_.abandon_fraction * trial_->reference;
     if (!slow && trial_->n < trial_steps) return d;
+    // Back at the level it held before a change dropped it: that phase is back, and with it
+    // what was known of every arm (not a new phase to explore arm by arm).
+    if (const size_t arm = trial_->arm; !slow && recallPhase(arm, mean)) {
+      endTrial(true);
+      if (origin_arm_ == int(arm)) {
+        origin_arm_ = -1;  // the way back was found
+        same_host_congested_ = false;
+      }
+      reexploring_ = false;
+      return d;
+    }
     const bool better =
         mean >= trial_->reference * (trial_->upper_bound ? 1 : 1 + config_.switch_margin);
     if (better && mean < trial_->reference * (1 + config_.confirm_margin) &&
@@ -380,9 +393,36 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   return explore(size_t(cur), current, changed, change_why, settle_steps, trial_steps);
 }
 
+void BanditPolicy::rememberPhase(size_t cur, double reward) {
+  const double level = meanReward(cur);
+  if (config_.recall_tolerance <= 0 || level <= 0 || reward <= 0 ||
+      reward >= (1 - config_.recall_tolerance) * level)
+    return;  // not a drop: the phase before was no better for this arm
+  // One entry per arm and level: the same phase seen again replaces its older estimates.
+  std::erase_if(phases_, [&](const Phase& p) {
+    return p.arm == cur && std::abs(p.level / level - 1) <= config_.recall_tolerance;
+  });
+  if (phases_.size() == kPhaseMemory) phases_.erase(phases_.begin());
+  phases_.push_back(Phase{cur, level, stats_});
+}
+
+bool BanditPolicy::recallPhase(size_t arm, double level) {
+  for (auto it = phases_.rbegin(); it != phases_.rend(); ++it) {
+    if (it->arm != arm || std::abs(level / it->level - 1) > config_.recall_tolerance) continue;
+    stats_ = it->stats;
+    for (ArmStats& s : stats_)
+      if (s.n > 0) s.last_step = steps_;  // current again, not stale
+    phases_.erase(std::next(it).base());
+    ++phases_recalled_;
+    return true;
+  }
+  return false;
+}
+
 void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps) {
   // The phase changed: what we know about the other arms is from the old phase; this arm's
   // level is the latest reading.
+  rememberPhase(cur, f.samples_per_s);
   ++changes_detected_;
   reexploring_ = true;
   same_host_congested_ = sameHostCongested(f, cur);

@@ -61,6 +61,15 @@ bool Diagnoser::linkCongestion(const Features& f, Diagnosis& out, bool rtt_obser
 
 const Diagnosis& Diagnoser::update(const Features& f) {
   Diagnosis d = raw(f);
+  // One inter-host congestion stays one diagnosis while the peer it names alternates: with two
+  // hosts both ends of a throttled uplink read it (netlab's uplink phase named node0 and node1 in
+  // turn, 8 diagnosis lines in 25 s). Kept as first named, figures included, so that its text and
+  // its link agree.
+  if (d.cause == "congested_link" && last_.cause == "congested_link" && d.link != last_.link &&
+      d.link.starts_with("other_host") && last_.link.starts_with("other_host")) {
+    candidate_steps_ = 0;
+    return last_;
+  }
   if (d.sameAs(last_)) {
     last_ = d;  // the figures move on
     candidate_steps_ = 0;
@@ -68,11 +77,11 @@ const Diagnosis& Diagnoser::update(const Features& f) {
   }
   candidate_steps_ = d.sameAs(candidate_) ? candidate_steps_ + 1 : 1;
   candidate_ = d;
-  // A clear ring probe is a direct reading of the links, not one noisy window: the carried link
-  // congestion ends at once. With the hold it ended two steps later, 1.4 s after the lift
-  // (median over netlab's clear phases, 2026-12-05), where the goal is 1 s.
-  const bool probe_cleared = std::exchange(probe_cleared_link_, false);
-  if (candidate_steps_ >= kHoldSteps || !f.has_steps || probe_cleared) {
+  // A clear ring probe is a direct reading of the links, and a rise held its steps already, not
+  // one noisy window: the carried link congestion ends at once. With the hold it ended two steps
+  // later, 1.4 s after the lift (median over netlab's clear phases, 2026-12-05).
+  const bool cleared = std::exchange(cleared_link_, false);
+  if (candidate_steps_ >= kHoldSteps || !f.has_steps || cleared) {
     last_ = d;
     candidate_steps_ = 0;
   }
@@ -99,6 +108,10 @@ Diagnosis Diagnoser::raw(const Features& f) {
   std::string probe_why;
   const RingProbeJudge::Verdict probe =
       on_ring ? RingProbeJudge::Verdict::kNone : ring_probe_.update(f, f.now_ns, probe_why);
+  const bool carried_uplink = ring_link_.link.starts_with("other_host");
+  const bool risen = !on_ring && carried_uplink && f.config_consistent &&
+                     uplink_rise_.update(f.samples_per_s_window, f.now_ns);
+  if (on_ring || !carried_uplink) uplink_rise_.restart(f.now_ns);
   if (on_ring) {
     ring_probe_.reset(f);
     ring_link_ = Diagnosis{};
@@ -108,10 +121,12 @@ Diagnosis Diagnoser::raw(const Features& f) {
     // there (the rules climbed 0.7 s after the four-phase run's uplink onset, on the delivery
     // rate, and the diagnosis never named it).
     return seen;
-  } else if (ring_link_.link == "same_host" && probe == RingProbeJudge::Verdict::kClear) {
-    // The ring probe reads the ring's links clear again (same-host only: ring_probe_judge.h).
+  } else if ((ring_link_.link == "same_host" && probe == RingProbeJudge::Verdict::kClear) ||
+             risen) {
+    // The ring probe reads the ring's links clear again (same-host only: ring_probe_judge.h), or
+    // the job runs faster than it did since it left the ring (an uplink's lift).
     ring_link_ = Diagnosis{};
-    probe_cleared_link_ = last_.cause == "congested_link";
+    cleared_link_ = last_.cause == "congested_link";
   } else if (ring_link_.cause != "none") {
     d = ring_link_;
     d.carried = true;

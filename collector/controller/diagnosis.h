@@ -15,6 +15,7 @@
 #include "collector/controller/features.h"
 #include "collector/controller/ring_probe_judge.h"
 #include "collector/controller/rules_policy.h"
+#include "collector/controller/throughput_rise.h"
 
 namespace bpftrain::collector::controller {
 
@@ -30,6 +31,10 @@ struct DiagnosisConfig {
   // last seen on the ring is no longer carried off it. The policies' thresholds, but one clear
   // round: a diagnosis wrong for a round costs nothing, a step down does.
   RingProbeThresholds ring_probe{.clear_readings = 1};
+  // The job's samples/s rising over its level since it left the ring (throughput_rise.h): an
+  // inter-host congestion last seen on the ring is no longer carried off it. The rules' re-probe
+  // reads the same rise (RulesConfig::reprobe_rise).
+  ThroughputRiseConfig uplink_rise = RulesConfig{}.reprobe_rise;
   // CPU contention: one rank's threads waiting this long per second for a CPU (run-queue wait,
   // summed over its threads). Task migrations are not the signal: clear phases showed 180-192
   // cpu+llc migrations/s, phases with competing busy loops 10-50/s (docs/controller.md).
@@ -58,7 +63,7 @@ struct Diagnosis {
 class Diagnoser {
  public:
   explicit Diagnoser(DiagnosisConfig config = {})
-      : config_(config), ring_probe_(config.ring_probe) {}
+      : config_(config), ring_probe_(config.ring_probe), uplink_rise_(config.uplink_rise) {}
   const Diagnosis& update(const Features& f);
   const Diagnosis& last() const { return last_; }
   // The policy moved the job on one link class's congestion (Decision::link, `link` a Link):
@@ -88,10 +93,12 @@ class Diagnoser {
   Diagnosis candidate_;
   int candidate_steps_ = 0;
   Diagnosis ring_link_;  // the link diagnosis last made on the ring (cause none when clear)
-  bool probe_cleared_link_ = false;  // raw() just ended a carried link on a clear ring probe
+  // raw() just ended a carried link on a direct reading (a clear ring probe, a rise)
+  bool cleared_link_ = false;
   // Off the ring only, reset on it: a round taken on the ring before a move (clear, and fresh
   // for 3 s) once ended the same-host congestion the move was made for, 1 s after it.
   RingProbeJudge ring_probe_;
+  ThroughputRise uplink_rise_;  // restarted on the ring: the level since the job left it
 };
 
 }  // namespace bpftrain::collector::controller

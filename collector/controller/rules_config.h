@@ -6,6 +6,7 @@
 
 #include "collector/controller/features.h"
 #include "collector/controller/ring_probe_judge.h"
+#include "collector/controller/throughput_rise.h"
 
 namespace bpftrain::collector::controller {
 
@@ -134,19 +135,12 @@ struct RulesConfig {
   // ~8% of the congested phase on the throttled ring to win back ~5% only once it lifted.
   double reprobe_payback = 1.0;
   // The way back from an inter-host link congestion without waiting for the re-probe: the
-  // higher rung's own samples/s (the 1 s window) at reprobe_rise_factor x or more its level
-  // since the climb (the mean of its readings there, from probe_settle on, known after
-  // reprobe_rise_min_readings steps) for reprobe_rise_steps steps in a row re-probes the lower
-  // rung at once. An uplink throttle slows hierarchical too (its leaders cross it), so its lift
-  // shows as a rise; the ring probe cannot tell (features.h RingProbe). On netlab's five-phase
-  // runs (2026-12-05, 8 runs) hierarchical's window through the uplink phase read at most
-  // 1.12x its in-phase median (p99 1.08-1.11), and 1.14-1.54x 1.0-1.3 s after the lift; the
-  // re-probe timer (8-32 s) otherwise decides. Not for the same-host links: hierarchical keeps
-  // their traffic in shared memory (the intra-host phase's window read up to 1.22x with
-  // nothing lifted), and the ring probe judges them.
-  double reprobe_rise_factor = 1.15;
-  int reprobe_rise_steps = 2;
-  int reprobe_rise_min_readings = 6;
+  // higher rung's own samples/s (the 1 s window) rising over its level since the climb
+  // (throughput_rise.h) re-probes the lower rung at once. An uplink throttle slows hierarchical
+  // too (its leaders cross it), so its lift shows as a rise; the ring probe cannot tell. Not for
+  // the same-host links: hierarchical keeps their traffic in shared memory (its window read up to
+  // 1.22x in netlab's intra-host phase with nothing lifted), and the ring probe judges them.
+  ThroughputRiseConfig reprobe_rise;
   // The ring probe (features.h RingProbe) answers for the ring's links from hierarchical: clear
   // for its rounds in a row, the way back steps down without waiting for a re-probe; congested,
   // no re-probe is tried (it would fail). ring_probe_judge.h.

@@ -431,26 +431,15 @@ void RulesPolicy::updateTrialBaselines(const Features& f) {
 
 bool RulesPolicy::risen(const Features& f, int level, bool by_link, int64_t now_ns,
                         std::string& why) {
-  if (level == 0 || !by_link || trigger_link_ != int(Link::kOtherHost) || rise_failed_ ||
-      !f.config_consistent || f.samples_per_s_window <= 0 ||
-      now_ns - on_rung_since_ns_ < config_.probe_settle.count()) {
-    rise_steps_ = 0;
-    return false;
-  }
-  const double level_samples = rung_samples_n_ > 0 ? rung_samples_sum_ / rung_samples_n_ : 0;
-  if (rung_samples_n_ < config_.reprobe_rise_min_readings ||
-      f.samples_per_s_window < config_.reprobe_rise_factor * level_samples) {
-    // Not a rise: one more reading of the level (a rise does not become the level).
-    rise_steps_ = 0;
-    rung_samples_sum_ += f.samples_per_s_window;
-    ++rung_samples_n_;
-    return false;
-  }
-  ++rise_steps_;
-  why = figures("its samples/s rose to %.0f, %.2fx its %.0f since the climb",
-                f.samples_per_s_window, f.samples_per_s_window / level_samples, level_samples) +
-        figures(", for %.0f steps", double(rise_steps_));
-  return rise_steps_ >= config_.reprobe_rise_steps;
+  // After an inter-host climb, or a kept slowdown probe (the uplink's throttle, when the ring's
+  // links did not show it: netlab's five-phase run climbed on the slowdown 4.2 s into the uplink
+  // phase once, 2026-12-05).
+  const bool uplink_like = (by_link && trigger_link_ == int(Link::kOtherHost)) || hidden_trigger_;
+  if (level == 0 || !uplink_like || rise_failed_ || !f.config_consistent)
+    return rise_.update(0, now_ns);  // (no reading: no rise in a row)
+  if (!rise_.update(f.samples_per_s_window, now_ns)) return false;
+  why = "its " + rise_.why("since the climb");
+  return true;
 }
 
 int64_t RulesPolicy::reprobeWaitNs(std::string& why) const {
@@ -490,9 +479,7 @@ void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int
       slow_since_ns_ = -1;
       slow_sum_ = 0;
       slow_n_ = 0;
-      rung_samples_sum_ = 0;  // the next rung's level since the move
-      rung_samples_n_ = 0;
-      rise_steps_ = 0;
+      rise_.restart(now_ns);  // the next rung's level since the move
     }
     last_switch_ns_ = now_ns;
     react_looks_ = 0;

@@ -27,7 +27,8 @@ namespace bpftrain::collector::controller {
 
 class RulesPolicy final : public Policy {
  public:
-  explicit RulesPolicy(RulesConfig config = {}) : config_(config), ring_probe_(config.ring_probe) {}
+  explicit RulesPolicy(RulesConfig config = {})
+      : config_(config), rise_(config.reprobe_rise), ring_probe_(config.ring_probe) {}
   std::string_view name() const override { return "rules"; }
   Decision decide(const Features& features, const Arm& current, int64_t now_ns) override;
   // Between steps: only the climb on a signal far past its threshold that the latest reading
@@ -158,11 +159,8 @@ class RulesPolicy final : public Policy {
   double slow_sum_ = 0;
   int slow_n_ = 0;
   int64_t on_rung_since_ns_ = -1;  // when the current rung was entered (re-probe clock)
-  // This rung's samples/s since the climb (RulesConfig::reprobe_rise_*): the mean of the
-  // window's readings from probe_settle on, and how many steps in a row read a rise over it.
-  double rung_samples_sum_ = 0;
-  int rung_samples_n_ = 0;
-  int rise_steps_ = 0;
+  // This rung's samples/s over its level since the move (RulesConfig::reprobe_rise).
+  ThroughputRise rise_;
   // A rise re-probe that failed: no other until the periodic one is due.
   bool rise_failed_ = false;
   bool rise_reprobe_ = false;  // the pending step down was a rise re-probe

@@ -202,6 +202,47 @@ TEST(Diagnosis, TheRingProbeEndsACarriedLinkCongestion) {
   EXPECT_EQ(settle(d, f).cause, "none");
 }
 
+// An inter-host congestion carried off the ring ends when the job runs faster than it did since
+// it left the ring (an uplink's lift shows on hierarchical, whose leaders cross it), at once.
+TEST(Diagnosis, ARiseEndsACarriedUplinkCongestion) {
+  Diagnoser d;
+  JobState j = ring();
+  j.other_host = {9e-3, 33e-3, 7e6};
+  const Diagnosis& seen = settle(d, featuresOf(j));
+  ASSERT_EQ(seen.cause, "congested_link");
+  EXPECT_EQ(seen.link.rfind("other_host", 0), 0u) << seen.link;
+  JobState h;
+  h.topology = int(Topology::kHierarchical);
+  h.other_host = {6e-3, 14e-3, 7e6};
+  Features f = featuresOf(h);
+  int64_t t = 0;
+  auto step = [&](double samples_per_s) -> const Diagnosis& {
+    t += 500'000'000;
+    f.now_ns = t;
+    f.samples_per_s_window = samples_per_s;
+    return d.update(f);
+  };
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(step(1200).cause, "congested_link") << i;
+  EXPECT_TRUE(d.last().carried);
+  EXPECT_EQ(step(1700).cause, "congested_link") << "one step of the rise";
+  EXPECT_EQ(step(1700).cause, "none") << "two: at once, without the hold";
+}
+
+// With two hosts both ends of a throttled uplink read it: the peer named alternates between
+// windows, the diagnosis does not.
+TEST(Diagnosis, AnUplinkCongestionDoesNotFlipBetweenItsEnds) {
+  Diagnoser d;
+  JobState j = ring();
+  j.other_host = {9e-3, 33e-3, 7e6};
+  Features node1 = featuresOf(j);
+  node1.links[size_t(Link::kOtherHost)].worst_peer_node = "node1";
+  Features node0 = node1;
+  node0.links[size_t(Link::kOtherHost)].worst_peer_node = "node0";
+  EXPECT_EQ(settle(d, node1).link, "other_host:node1");
+  EXPECT_EQ(settle(d, node0).link, "other_host:node1");
+  EXPECT_EQ(settle(d, node0).link, "other_host:node1");
+}
+
 TEST(Diagnosis, StragglerRankStandsOut) {
   JobState four = ring();
   four.ranks = 4;
