@@ -463,6 +463,7 @@ void RankRunner::startControl() {
   so.adaptive = o_.adaptive;
   so.fixed_schedule = hooks_->fixedSchedule();
   so.duration_s = o_.duration_s;
+  so.buckets = buckets_->size();
   sync_.emplace(so, resumed_config_);
   if (o_.rank != 0) return;
   if (o_.adaptive) {

@@ -257,7 +257,7 @@ SyncWord ConfigSync::outgoing(Clock::time_point now) const {
   w.broadcast =
       options_.delivery == Delivery::kBroadcast ||
       (options_.delivery == Delivery::kAuto && options_.adaptive && !options_.fixed_schedule &&
-       allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds);
+       options_.buckets < 2 && allreduce_seconds_ewma_ > kBroadcastAboveAllreduceSeconds);
   w.stop = now >= deadline_;
   if (step_seconds_ewma_ > 0 && !options_.fixed_schedule)
     w.sync_every =

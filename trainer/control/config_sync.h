@@ -60,8 +60,9 @@ inline constexpr auto kDeliveryNames = enumNames<Delivery>({
     {Delivery::kBroadcast, "broadcast"},
 });
 
-// Above this rank-0 allreduce average (EWMA), auto delivers by broadcast: a decision that just
-// missed an allreduce waits a whole one in the tail; a boundary broadcast costs one round trip.
+// Above this rank-0 allreduce average (EWMA), auto delivers by broadcast when the allreduce runs
+// in one bucket: a decision that just missed it waits a whole one in the tail; a boundary
+// broadcast costs one round trip (and a sync point: SyncOptions::buckets).
 inline constexpr double kBroadcastAboveAllreduceSeconds = 0.040;
 // Broadcast syncs at most this often: on millisecond steps a broadcast at every boundary doubled
 // the step time on the 2-core development machine; a decision still lands within a step + this.
@@ -138,6 +139,12 @@ struct SyncOptions {
   bool fixed_schedule = false;
   // --duration: > 0 stops every rank after the step in which rank 0's clock passes it.
   double duration_s = 0;
+  // The allreduce's buckets (--allreduce-buckets; 1 on NCCL). With two or more, auto stays in the
+  // tail: every bucket's tail delivers within the step, and a boundary broadcast at every step (a
+  // sync point of its own) cost 4-5% of a 4-rank job's step time on netlab (--overhead-ab 8,
+  // hierarchical, lo throttled, 2026-12-05: +5.3-8.3% with --sync auto, +1.8-2.8% with --sync
+  // tail, the ring probe's ~2% included).
+  size_t buckets = 1;
 };
 
 // A configuration change every rank makes at the same step.

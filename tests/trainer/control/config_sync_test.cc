@@ -560,6 +560,26 @@ TEST(ConfigSync, AutoMovesBetweenTailAndBroadcastWithTheAllreduceTime) {
   w.expectRanksAgree();
 }
 
+// With the allreduce in buckets auto stays in the tail however slow the allreduce: each bucket's
+// tail delivers within the step, and a broadcast at every boundary would be a sync point of its
+// own. A decision collected during compute rides the first bucket's tail and applies from the
+// second, in that step.
+TEST(ConfigSync, AutoStaysInTheTailWhenTheAllreduceRunsInBuckets) {
+  SyncOptions o = adaptive();
+  o.buckets = 4;
+  World w(3, o, {}, 4);
+  ScriptedSource src;
+  w.rank(0).addSource(src);
+  src.script[30] = decision(1, Topology::kHierarchical, PinMode::kNone);
+  const auto t0 = Clock::now();
+  for (uint64_t s = 0; s < 60; ++s) w.step(s, t0, 0.004, 0.200);
+  EXPECT_FALSE(w.rank(0).broadcastMode());
+  EXPECT_TRUE(w.broadcasts(0).empty());
+  EXPECT_EQ(w.applied(0).at(1), 30u);
+  EXPECT_EQ(w.appliedBucket(0).at(1), 1u);
+  w.expectRanksAgree();
+}
+
 // The move needs an average above 40 ms (the first step's time is the average); the spacing is
 // clamped to 1..1000 steps.
 TEST(ConfigSync, BroadcastThresholdAndSpacingBounds) {
