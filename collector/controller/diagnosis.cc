@@ -94,7 +94,10 @@ bool Diagnoser::decided(const Features& f, int link) {
   const bool on_ring = f.topology == Topology::kRing;
   Diagnosis d;
   if (linkExcess(f, link, d, on_ring) < 1) return false;
-  if (on_ring) ring_link_ = d;
+  if (on_ring) {
+    ring_link_ = d;
+    moved_on_link_ = link;
+  }
   last_ = std::move(d);
   candidate_ = {};
   candidate_steps_ = 0;
@@ -112,8 +115,17 @@ Diagnosis Diagnoser::raw(const Features& f) {
   const bool risen = !on_ring && carried_uplink && f.config_consistent &&
                      uplink_rise_.update(f.samples_per_s_window, f.now_ns);
   if (on_ring || !carried_uplink) uplink_rise_.restart(f.now_ns);
+  if (!on_ring && f.config_consistent) moved_on_link_ = -1;  // the move applied
   if (on_ring) {
     ring_probe_.reset(f);
+    ring_link_ = Diagnosis{};
+    // Until the move off the ring applies, the link it was made for stays the diagnosis while it
+    // reads congested: with lo throttled the ranks behind the throttled hop answer late, and the
+    // ring's inter-host RTT median (10.4 ms) once outran the same-host one in the second before the
+    // switch, to be carried as the cause through the whole intra-host phase.
+    if (moved_on_link_ >= 0 && linkExcess(f, moved_on_link_, ring_link_, true) >= 1)
+      return ring_link_;
+    moved_on_link_ = -1;
     ring_link_ = Diagnosis{};
     if (linkCongestion(f, ring_link_, true)) return ring_link_;
   } else if (Diagnosis seen; f.config_consistent && linkCongestion(f, seen, false)) {

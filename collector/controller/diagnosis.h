@@ -92,7 +92,8 @@ class Diagnoser {
   static constexpr int kHoldSteps = 2;
   Diagnosis candidate_;
   int candidate_steps_ = 0;
-  Diagnosis ring_link_;  // the link diagnosis last made on the ring (cause none when clear)
+  Diagnosis ring_link_;     // the link diagnosis last made on the ring (cause none when clear)
+  int moved_on_link_ = -1;  // decided() on the ring: its link, until the move off it applied
   // raw() just ended a carried link on a direct reading (a clear ring probe, a rise)
   bool cleared_link_ = false;
   // Off the ring only, reset on it: a round taken on the ring before a move (clear, and fresh

@@ -71,18 +71,27 @@ TEST_F(CollectorProbesTest, ManualPidMigrationsAndFaultsThroughMetrics) {
   ASSERT_TRUE(target.result(done, 30s));
   ASSERT_EQ(done, kMoves + kPages);
   const std::string who = "{job=\"manual\",rank=\"0\"";
+  // The counts and the programs' run statistics are read at different points of a poll: wait for
+  // all three rather than take the first scrape that has two.
   m = c.scrapeUntil(
       [&](const Metrics& s) {
         return sumPrefix(s, "bpftrain_migrations_total" + who) >= kMoves &&
-               get(s, "bpftrain_page_faults_total" + who + "}") >= kPages;
+               get(s, "bpftrain_page_faults_total" + who + "}") >= kPages &&
+               get(s, "bpftrain_probe_runs_total{probe=\"migrations\"}") >= kMoves;
       },
       20s);
+  // What the collector said and counted, for a failure's report.
+  std::string seen = c.proc->err;
+  for (const auto& [k, v] : m)
+    if (k.find("migrations") != std::string::npos || k.find("page_faults") != std::string::npos ||
+        k.find("probe_up") != std::string::npos)
+      seen += k + " " + std::to_string(v) + "\n";
   const double moves = sumPrefix(m, "bpftrain_migrations_total" + who);
-  EXPECT_GE(moves, kMoves);
-  EXPECT_LE(moves, kMoves + 2);  // tolerance: pinned throughout, at most a move while exiting
-  EXPECT_GE(get(m, "bpftrain_page_faults_total" + who + "}"), kPages);
+  EXPECT_GE(moves, kMoves) << seen;
+  EXPECT_LE(moves, kMoves + 2) << seen;  // pinned throughout, at most a move while exiting
+  EXPECT_GE(get(m, "bpftrain_page_faults_total" + who + "}"), kPages) << seen;
   // Degraded probes are visible, the rest healthy, and nothing carries a pid label.
-  EXPECT_EQ(get(m, "bpftrain_probe_up{probe=\"page_faults\"}"), 1);
+  EXPECT_EQ(get(m, "bpftrain_probe_up{probe=\"page_faults\"}"), 1) << seen;
   // The PMU probe follows the host: up with its (eager) series where the event opens, else down
   // and the collector says why.
   const std::string pmu_missing = tests::bpf::dtlbEventUnavailable();
@@ -96,9 +105,9 @@ TEST_F(CollectorProbesTest, ManualPidMigrationsAndFaultsThroughMetrics) {
   }
   // bpf_stats reach /metrics: migrations ran a program per move. page_faults of a --pid target
   // are read from /proc/PID/stat and run none
-  EXPECT_GE(get(m, "bpftrain_probe_runs_total{probe=\"migrations\"}"), kMoves);
+  EXPECT_GE(get(m, "bpftrain_probe_runs_total{probe=\"migrations\"}"), kMoves) << seen;
   // (0, or no series where no run was ever recorded: NaN here)
-  EXPECT_FALSE(get(m, "bpftrain_probe_runs_total{probe=\"page_faults\"}") > 0);
+  EXPECT_FALSE(get(m, "bpftrain_probe_runs_total{probe=\"page_faults\"}") > 0) << seen;
   for (const auto& [k, v] : m) EXPECT_EQ(k.find("pid="), std::string::npos) << k;
 }
 

@@ -243,6 +243,25 @@ TEST(Diagnosis, AnUplinkCongestionDoesNotFlipBetweenItsEnds) {
   EXPECT_EQ(settle(d, node0).link, "other_host:node1");
 }
 
+// A move off the ring on the same-host links: until it applies, the ring's inter-host RTT rising
+// past the same-host one (the ranks behind the throttled hop answer late) does not replace the
+// link the move was made for, nor become the one carried off the ring.
+TEST(Diagnosis, TheMovesLinkStaysUntilTheMoveApplies) {
+  Diagnoser d;
+  JobState j = ring();
+  j.same_host = {8e-3, 20e-3, 7e6};
+  ASSERT_TRUE(d.decided(featuresOf(j), int(Link::kSameHost)));
+  EXPECT_EQ(d.last().link, "same_host");
+  j.other_host = {10.4e-3, 4e-3, 7e6};
+  EXPECT_EQ(settle(d, featuresOf(j)).link, "same_host");
+  JobState h;
+  h.topology = int(Topology::kHierarchical);
+  h.other_host = {6e-3, 14e-3, 7e6};
+  const Diagnosis& carried = settle(d, featuresOf(h));
+  EXPECT_EQ(carried.link, "same_host");
+  EXPECT_TRUE(carried.carried);
+}
+
 TEST(Diagnosis, StragglerRankStandsOut) {
   JobState four = ring();
   four.ranks = 4;
