@@ -19,6 +19,7 @@ BanditPolicy::BanditPolicy(BanditConfig config) : config_(std::move(config)) {
   stats_.resize(config_.arms.size());
   tokens_ = config_.bank_steps;
   ring_probe_ = RingProbeJudge(config_.ring_probe);
+  rise_ = ThroughputRise(config_.rise);
 }
 
 int BanditPolicy::armIndex(const Arm& a) const {
@@ -276,6 +277,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     // last played long ago is measured afresh.
     stint_arm_ = cur;
     resetStint();
+    rise_.restart(now_ns);
     if (cur >= 0 && stats_[cur].last_step >= 0 &&
         steps_ - stats_[cur].last_step > config_.stale_steps)
       stats_[cur] = ArmStats{};
@@ -310,15 +312,20 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       ++trial_->n;
       ++stint_obs_;
       stint_mean_ += (reward - stint_mean_) / stint_obs_;
-    } else if (pageHinkley(reward)) {
-      if (steps_ <= config_.warmup_steps) {
+    } else {
+      const bool drift = pageHinkley(reward);
+      const bool rose = config_.rise.factor > 0 &&
+                        config_.arms[size_t(cur)].topology != Topology::kRing &&
+                        rise_.update(f.samples_per_s_window, now_ns);
+      if ((drift || rose) && steps_ <= config_.warmup_steps) {
         // Start-up (first steps, caches, buffers) is not a phase change: restart the test.
         resetStint();
         stint_steps_ = settle_steps + 1;
         pageHinkley(reward);
-      } else {
+        rise_.restart(now_ns);
+      } else if (drift || rose) {
         changed = true;
-        change_why = "throughput";
+        change_why = drift ? "throughput" : "throughput rise";
       }
     }
   }
@@ -431,6 +438,7 @@ void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps) {
   const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
   for (ArmStats& s : stats_) s = ArmStats{};
   resetStint();
+  rise_.restart(f.now_ns);
   stint_steps_ = settle_steps + 1;
   if (level > 0) {
     observe(cur, level);

@@ -21,6 +21,7 @@
 
 #include "collector/controller/policy.h"
 #include "collector/controller/ring_probe_judge.h"
+#include "collector/controller/throughput_rise.h"
 
 namespace bpftrain::collector::controller {
 
@@ -94,6 +95,13 @@ struct BanditConfig {
   // against hierarchical's 532 right after the lift (within switch_margin), lost, and the phase
   // ran on halving-doubling at 0.9x the ring. 0 disables.
   double recall_tolerance = 0.08;
+  // Off the ring, the incumbent's samples/s (the 1 s window's, as the rules read it) rising over
+  // its level since the stint began (throughput_rise.h) is a change: an uplink's lift shows on
+  // hierarchical that way only, and Page-Hinkley, whose reference follows the readings, took
+  // longer than a phase (f28c: one run held hierarchical 8 s into clear-last at 1.2x its uplink
+  // level, then re-probed halving-doubling, the arm the onset drove it from, never the ring).
+  // factor 0 disables.
+  ThroughputRiseConfig rise;
 };
 
 class BanditPolicy final : public Policy {
@@ -196,6 +204,7 @@ class BanditPolicy final : public Policy {
   // that keep same-host gradients off TCP (hierarchical) first.
   bool same_host_congested_ = false;
   int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
+  ThroughputRise rise_;  // the incumbent's level since its stint began (or the last change)
   // A phase that a drop of its incumbent ended: the arms' estimates then, and that arm's level.
   struct Phase {
     size_t arm;

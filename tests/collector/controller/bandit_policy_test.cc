@@ -382,6 +382,92 @@ TEST(BanditPolicy, APhaseThatComesBackIsRecalledNotReexplored) {
   EXPECT_GE(clear_with, clear_without - 0.05);
 }
 
+// tools/netlab.d/five-phase.json as the controller read it in f28c's adaptive runs (2026-12-05,
+// samples/s of 128-sample steps over 4 ranks, the 1 s window): the ring 540 clear, 97 with lo
+// throttled (static run), 290 through host1's throttled uplink; hierarchical 410-430 clear and
+// throttled, 340 through the uplink (the best there: its leaders cross it once per step);
+// halving-doubling 490-515 clear, 310-330 through the uplink. The uplink's lift shows on
+// hierarchical only as its samples/s rising 1.2x, on no link signal.
+std::vector<SimPhase> fivePhaseAsMeasured() {
+  using T = Topology;
+  const SimPhase clear{25, {{T::kRing, 4.22}, {T::kHierarchical, 3.3}, {T::kHalvingDoubling, 3.9}}};
+  std::vector<SimPhase> p = {clear, clear, clear, clear, clear};
+  p[1] = {50, {{T::kRing, 0.76}, {T::kHierarchical, 3.3}, {T::kHalvingDoubling, 1.0}}, 0.012};
+  p[2].until_s = 75;
+  p[3] = {100, {{T::kRing, 2.27}, {T::kHierarchical, 2.66}, {T::kHalvingDoubling, 2.5}}};
+  p[4].until_s = 125;
+  return p;
+}
+
+// The rise as f28c's bandit r1 read it: hierarchical, the best through the throttled uplink at
+// 340 samples/s, reads 1.1-1.3x that once the uplink is clear (a rise over 2-5 s, with +-10%
+// noise), where the ring runs 540. Page-Hinkley, its reference following the readings, needs
+// about 6 s for that; the rise detector 2 readings past 1.15x the level.
+TEST(BanditPolicy, ALiftSeenOnlyAsARiseOfTheIncumbentIsAChange) {
+  constexpr int kLift = 80;  // 40 s into the run
+  auto ringFoundAt = [](BanditConfig config) {
+    BanditPolicy p(config);
+    Env env;
+    env.noise = 0.08;
+    env.mean = [](Topology t, int step) {
+      const bool clear = step >= kLift;
+      switch (t) {
+        case Topology::kRing:
+          return clear ? 540.0 : 290.0;
+        case Topology::kHierarchical:
+          return clear ? 400.0 : 340.0;
+        default:
+          return clear ? 500.0 : 310.0;
+      }
+    };
+    const Trace tr = run(p, env, kLift + 40, Topology::kHierarchical);
+    EXPECT_GE(shareOn(tr, Topology::kHierarchical, kLift - 20, kLift), 0.9)
+        << "hierarchical is the best before the lift";
+    for (int s = kLift; s < int(tr.arm_at.size()); ++s)
+      if (tr.arm_at[s] == Topology::kRing && shareOn(tr, Topology::kRing, s, s + 10) >= 0.9)
+        return s - kLift;
+    return -1;
+  };
+  const int with = ringFoundAt(BanditConfig{});
+  BanditConfig off;
+  off.rise.factor = 0;
+  const int without = ringFoundAt(off);
+  std::printf("on the ring for good %d window steps after the lift (%d without the rise)\n", with,
+              without);
+  ASSERT_GE(with, 0);
+  EXPECT_LE(with, 10) << "within 5 s of the lift";
+  EXPECT_TRUE(without < 0 || without > with);
+}
+
+// A simulated five-phase run as the controller read netlab's: the rise detector finds no rise
+// where there is none to cost a phase (five seeds, with and without it).
+TEST(BanditPolicy, TheRiseCostsNothingInAFivePhaseRun) {
+  double overall_with = 0, overall_without = 0, worst_with = 1e9;
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    BanditPolicy with;
+    BanditConfig off;
+    off.rise.factor = 0;
+    BanditPolicy without(off);
+    const auto phases = fivePhaseAsMeasured();
+    const SimResult a = simulate(with, phases, seed), b = simulate(without, phases, seed);
+    const std::vector<double> ra = vsBestStatic(a, phases), rb = vsBestStatic(b, phases);
+    std::printf(
+        "seed %u: %.2f %.2f %.2f %.2f %.2f, %zu moves (without: %.2f %.2f %.2f %.2f %.2f, "
+        "%zu moves)\n",
+        seed, ra[0], ra[1], ra[2], ra[3], ra[4], a.decisions.size(), rb[0], rb[1], rb[2], rb[3],
+        rb[4], b.decisions.size());
+    for (size_t i = 0; i < ra.size(); ++i) {
+      overall_with += ra[i] / 25;
+      overall_without += rb[i] / 25;
+      worst_with = std::min(worst_with, ra[i]);
+    }
+  }
+  std::printf("overall %.3f / %.3f (with / without), worst phase %.2f\n", overall_with,
+              overall_without, worst_with);
+  EXPECT_GE(overall_with, overall_without - 0.01);
+  EXPECT_GE(worst_with, 0.8);
+}
+
 TEST(BanditPolicy, ASlowTrialIsAbandonedAfterItsFirstReading) {
   // Lo throttled from the start: hierarchical 2.52 steps/s, the ring 0.76 and halving-doubling
   // 0.9. Every trial of a slow arm must end at its first reading after the settling step.
