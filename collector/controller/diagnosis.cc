@@ -118,13 +118,12 @@ Diagnosis Diagnoser::raw(const Features& f) {
   if (!on_ring && f.config_consistent) moved_on_link_ = -1;  // the move applied
   if (on_ring) {
     ring_probe_.reset(f);
-    ring_link_ = Diagnosis{};
     // Until the move off the ring applies, the link it was made for stays the diagnosis while it
     // reads congested: with lo throttled the ranks behind the throttled hop answer late, and the
     // ring's inter-host RTT median (10.4 ms) once outran the same-host one in the second before the
     // switch, to be carried as the cause through the whole intra-host phase.
-    if (moved_on_link_ >= 0 && linkExcess(f, moved_on_link_, ring_link_, true) >= 1)
-      return ring_link_;
+    if (Diagnosis moved; moved_on_link_ >= 0 && linkExcess(f, moved_on_link_, moved, true) >= 1)
+      return ring_link_ = std::move(moved);
     moved_on_link_ = -1;
     ring_link_ = Diagnosis{};
     if (linkCongestion(f, ring_link_, true)) return ring_link_;
