@@ -114,6 +114,9 @@ int BPF_PROG(on_tcp_probe, struct sock* sk) {
   s->rate_interval_us = tp->rate_interval_us;
   s->mss = tp->mss_cache;
   s->app_limited = BPF_CORE_READ_BITFIELD(tp, rate_app_limited);
+  const __u32 delivered = tp->delivered;
+  s->acked_since_last = delivered != owner->last_delivered;
+  owner->last_delivered = delivered;
   // The link: which addresses the socket joins (user space maps the peer to a node).
   const struct sock_common* skc = &sk->__sk_common;
   s->family = BPF_CORE_READ(skc, skc_family);

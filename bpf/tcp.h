@@ -29,6 +29,11 @@ struct tcp_sample {
   __u32 rate_interval_us;
   __u32 mss;
   __u32 app_limited;
+  /* 1 when the socket's own data was acknowledged since its previous sample (tcp_sock.delivered
+   * moved). srtt_us and the delivery rate only change on such acknowledgements, so with 0 they are
+   * from the socket's last send, however long ago: tcp:tcp_probe fires on every segment received,
+   * and a ring's rank receives from one neighbour on a socket it has not sent on since setup. */
+  __u32 acked_since_last;
   __u16 family; /* AF_INET (2) or AF_INET6 (10) */
   __u16 dport;  /* host byte order */
   __u8 saddr[16];
@@ -38,7 +43,7 @@ struct tcp_sample {
 /* Which target owns a socket; learned when the target sends on it (process context). */
 struct tcp_owner {
   __u32 slot;
-  __u32 pad;
+  __u32 last_delivered; /* tcp_sock.delivered at the previous sample */
   __u64 last_sample_ns;
   __u64 last_sample_jiffies;
 };

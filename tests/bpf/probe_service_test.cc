@@ -622,6 +622,80 @@ TEST_F(ProbeServiceTest, EveryTargetSocketIsFollowedWithoutAnOwnerMapToFill) {
   EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "tcp"}}), 0);
 }
 
+// A socket that only receives reports queue depth but no RTT or delivery rate: both change only
+// when the peer acknowledges the socket's own data, and tcp:tcp_probe fires on every segment
+// received, so they would repeat the values of the socket's last send (a ring's rank and its
+// upstream neighbour; f28d read a clear phase's 36 Gbit/s through a 2 Gbit/s throttle for 4 s).
+// The target sends 8 MB unpaced (fresh RTT and rate samples), then only reads a paced 20 MB
+// stream from this process, during which its RTT and rate series must not grow.
+TEST_F(ProbeServiceTest, AReceiveOnlySocketRepeatsNoStaleRttOrDeliveryRate) {
+  constexpr int64_t kSendBytes = 8 << 20, kChunkBytes = 64 << 10;
+  constexpr int kChunks = 300;
+  Listener listener(0);
+  const uint16_t port = listener.port;
+  auto fd = std::make_shared<int>(-1);
+  Child target(
+      [=] {
+        *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(port);
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) *fd = -1;
+      },
+      [=]() -> int64_t {
+        if (*fd < 0) return -1;
+        std::vector<char> buf(1 << 20, 'x');
+        for (int64_t sent = 0; sent < kSendBytes;) {
+          const ssize_t n = send(*fd, buf.data(), buf.size(), MSG_NOSIGNAL);
+          if (n <= 0) return -1;
+          sent += n;
+        }
+        int64_t got = 0;
+        for (ssize_t n; (n = read(*fd, buf.data(), buf.size())) > 0;) got += n;
+        return got;
+      });
+  ASSERT_TRUE(target.ready(5s));
+  ProbeOptions options;
+  options.pids = {target.pid()};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  target.go();
+  const int conn = accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(conn, 0);
+  std::vector<char> buf(kSendBytes);
+  ASSERT_EQ(recv(conn, buf.data(), buf.size(), MSG_WAITALL), ssize_t(kSendBytes));
+  const LabelMap tcp = {{"job", "manual"}, {"rank", "0"}, {"transport", "tcp"}};
+  service->poll(registry_, monotonicNowNs());
+  const uint64_t rtt_sent = series("bpftrain_transport_rtt_seconds", tcp).count;
+  const uint64_t depth_sent = series("bpftrain_transport_queued_bytes", tcp).count;
+  const uint64_t rate_sent = series("bpftrain_transport_delivery_rate_bytes_per_second", tcp).count;
+  for (int i = 0; i < kChunks; ++i) {
+    ASSERT_EQ(send(conn, buf.data(), kChunkBytes, MSG_NOSIGNAL), kChunkBytes);
+    std::this_thread::sleep_for(1ms);  // pacing the stream so the target is sampled often
+  }
+  close(conn);
+  int64_t got = 0;
+  ASSERT_TRUE(target.result(got, 30s));
+  ASSERT_EQ(got, kChunks * kChunkBytes);
+  service->poll(registry_, monotonicNowNs());
+  const uint64_t depth = series("bpftrain_transport_queued_bytes", tcp).count - depth_sent;
+  const uint64_t rtt = series("bpftrain_transport_rtt_seconds", tcp).count - rtt_sent;
+  const uint64_t rate =
+      series("bpftrain_transport_delivery_rate_bytes_per_second", tcp).count - rate_sent;
+  std::printf(
+      "sending: %lu RTT, %lu delivery rate samples; receiving: %lu depth, %lu RTT, %lu rate\n",
+      static_cast<unsigned long>(rtt_sent), static_cast<unsigned long>(rate_sent),
+      static_cast<unsigned long>(depth), static_cast<unsigned long>(rtt),
+      static_cast<unsigned long>(rate));
+  ASSERT_GE(rtt_sent, 1u) << "the unpaced send was not sampled";
+  ASSERT_GE(depth, 20u) << "the stream was not sampled often enough to tell";
+  // The last acknowledgement of the send may arrive with the stream's first segment.
+  EXPECT_LE(rtt, 2u) << "the RTT of the socket's last send was repeated while it only received";
+  EXPECT_LE(rate, 2u) << "the delivery rate of its last send was repeated while it only received";
+  EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "tcp"}}), 0);
+}
+
 TEST_F(ProbeServiceTest, UsdtEventsCountedExactly) {
   constexpr int kEvents = 1000;
   UsdtFireChild fire(kEvents);

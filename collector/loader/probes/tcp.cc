@@ -34,8 +34,13 @@ class Object final : public RingProbeObject<tcp_sample, 1> {
     // Bytes in flight alone fall when the receiver is slow (its window closes), so they are kept
     // as their own series.
     sink().record(ids[0], sample.send_queue);
-    sink().record(ids[1], sample.srtt_us * 1e-6);
     sink().record(ids[2], sample.bytes_in_flight);
+    // The RTT and the delivery rate move only when the peer acknowledges this socket's data; a
+    // socket that only receives (a ring's rank from its upstream neighbour) would repeat a value
+    // from its last send, however old. f28d: a clear phase's 36 Gbit/s held for 4 s through a 2
+    // Gbit/s uplink throttle, and the controller saw no drop.
+    if (sample.acked_since_last == 0) return;
+    sink().record(ids[1], sample.srtt_us * 1e-6);
     // An application-limited sample says how fast the application wrote, not what the path
     // carries (a ring's rank waiting for its neighbour's chunk): only the others count.
     if (sample.app_limited == 0 && sample.rate_interval_us > 0)
