@@ -220,7 +220,7 @@ inline constexpr double kApplySecondsBuckets[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.
     "Bytes sent and not yet acknowledged (snd_nxt - snd_una); falls when the receiver is slow",    \
     kSocketBytesBuckets)                                                                           \
   X(kTransportRttSeconds, "bpftrain_transport_rtt_seconds", kDistribution, "seconds",              \
-    "job rank transport link peer_node", "tp_btf tcp:tcp_probe", "Smoothed RTT of a rank's TCP connections, per link: same_host or other_host, and peer node", \
+    "job rank transport link peer_node", "tp_btf tcp:tcp_probe", "Smoothed RTT of a rank's TCP connections, per link: same_host or other_host, and peer node; taken only when the socket's own data was acknowledged since its last sample (a receive-only socket would repeat its last send's)", \
     kRttSecondsBuckets)                                                                            \
   X(kTransportDeliveryRate, "bpftrain_transport_delivery_rate_bytes_per_second", kDistribution,    \
     "bytes/s", "job rank transport link peer_node", "tp_btf tcp:tcp_probe",                       \
