@@ -301,7 +301,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     return d;
   }
 
-  bool changed = false;
+  bool changed = false, changed_up = false;
   const char* change_why = "";
   if (stint_steps_ > settle_steps && f.samples_per_s > 0) {
     const double reward = f.samples_per_s;
@@ -326,6 +326,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       } else if (drift || rose) {
         changed = true;
         change_why = drift ? "throughput" : "throughput rise";
+        changed_up = rose || ph_up_ > config_.ph_lambda;
       }
     }
   }
@@ -335,7 +336,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     changed_link_ = worstRingLink(f);
     change_why = "ring link RTT";
   }
-  if (changed) noteChange(f, size_t(cur), settle_steps);
+  if (changed) noteChange(f, size_t(cur), settle_steps, changed_up);
   ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;
   // (After a same-host change only: the probe does not show an uplink's throttle, RingProbeJudge.)
   if (origin_arm_ >= 0 && origin_arm_ != cur && same_host_congested_ &&
@@ -426,14 +427,17 @@ bool BanditPolicy::recallPhase(size_t arm, double level) {
   return false;
 }
 
-void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps) {
+void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps, bool rose) {
   // The phase changed: what we know about the other arms is from the old phase; this arm's
   // level is the latest reading.
   rememberPhase(cur, f.samples_per_s);
   ++changes_detected_;
   reexploring_ = true;
   same_host_congested_ = sameHostCongested(f, cur);
-  origin_arm_ = int(cur);
+  // The way back is re-probed after a drop only. After a rise (an uplink lifting under
+  // hierarchical) the arm it leaves is the higher rung: f29a's two bandit runs re-probed
+  // hierarchical 8 s into clear-last, where it ran 0.75x the ring, once each.
+  origin_arm_ = rose ? -1 : int(cur);
   reprobe_ = config_.reprobe_steps;
   const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
   for (ArmStats& s : stats_) s = ArmStats{};

@@ -148,7 +148,9 @@ class BanditPolicy final : public Policy {
   bool linkChange(const Features& f, size_t cur);
   bool ringLinkFarPast(const Features& f, size_t cur, double level) const;
   // A detected change: the other arms' estimates forgotten, this arm's level the latest reading.
-  void noteChange(const Features& f, size_t cur, int settle_steps);
+  // `rose`: the change raised the incumbent's reward (a lift), so the arm it leaves is not one a
+  // congestion drove us from, and is not re-probed.
+  void noteChange(const Features& f, size_t cur, int settle_steps, bool rose = false);
   // After the trial's verdict and the exploit: a paid trial (UCB; untried arms first after a
   // change) or the re-probe of the arm a change drove us from.
   Decision explore(size_t cur, const Arm& current, bool changed, const char* change_why,

@@ -180,9 +180,13 @@ TEST(BanditPolicy, TrainingStepsLongerThanAWindowStepStretchTrials) {
 // 340 samples/s, reads 1.1-1.3x that once the uplink is clear (a rise over 2-5 s, with +-10%
 // noise), where the ring runs 540. Page-Hinkley, its reference following the readings, needs
 // about 6 s for that; the rise detector 2 readings past 1.15x the level.
+// ... and the arm the rise leaves (hierarchical) is not re-probed as a way back: it is the higher
+// rung, not one a congestion drove us from (f29a: both bandit runs re-probed it 8 s into
+// clear-last).
 TEST(BanditPolicy, ALiftSeenOnlyAsARiseOfTheIncumbentIsAChange) {
   constexpr int kLift = 80;  // 40 s into the run
-  auto ringFoundAt = [](BanditConfig config) {
+  int back_to_hierarchical = 0;
+  auto ringFoundAt = [&](BanditConfig config) {
     BanditPolicy p(config);
     Env env;
     env.noise = 0.08;
@@ -197,22 +201,32 @@ TEST(BanditPolicy, ALiftSeenOnlyAsARiseOfTheIncumbentIsAChange) {
           return clear ? 500.0 : 310.0;
       }
     };
-    const Trace tr = run(p, env, kLift + 40, Topology::kHierarchical);
+    const Trace tr = run(p, env, kLift + 80, Topology::kHierarchical);
     EXPECT_GE(shareOn(tr, Topology::kHierarchical, kLift - 20, kLift), 0.9)
         << "hierarchical is the best before the lift";
-    for (int s = kLift; s < int(tr.arm_at.size()); ++s)
-      if (tr.arm_at[s] == Topology::kRing && shareOn(tr, Topology::kRing, s, s + 10) >= 0.9)
-        return s - kLift;
+    back_to_hierarchical = 0;
+    for (int s = kLift; s < int(tr.arm_at.size()); ++s) {
+      if (tr.arm_at[s] != Topology::kRing || shareOn(tr, Topology::kRing, s, s + 10) < 0.9)
+        continue;
+      for (int t = s + 1; t < int(tr.arm_at.size()); ++t)
+        back_to_hierarchical +=
+            tr.arm_at[t] == Topology::kHierarchical && tr.arm_at[t - 1] != Topology::kHierarchical;
+      return s - kLift;
+    }
     return -1;
   };
   const int with = ringFoundAt(BanditConfig{});
+  const int moves_back = back_to_hierarchical;
   BanditConfig off;
   off.rise.factor = 0;
   const int without = ringFoundAt(off);
-  std::printf("on the ring for good %d window steps after the lift (%d without the rise)\n", with,
-              without);
+  std::printf(
+      "on the ring for good %d window steps after the lift (%d without the rise); %d moves back "
+      "to hierarchical in the 30 s after\n",
+      with, without, moves_back);
   ASSERT_GE(with, 0);
   EXPECT_LE(with, 10) << "within 5 s of the lift";
+  EXPECT_EQ(moves_back, 0) << "hierarchical was re-probed as if a congestion had driven us off it";
   EXPECT_TRUE(without < 0 || without > with);
 }
 
