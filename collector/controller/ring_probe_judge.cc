@@ -34,7 +34,8 @@ RingProbeJudge::Verdict RingProbeJudge::update(const Features& f, int64_t now_ns
     seen_at_ns_ = p.at_ns;
     const bool clear = p.ratio <= t_.clear_ratio || dropped;
     clear_in_a_row_ = clear ? clear_in_a_row_ + 1 : 0;
-    if (p.ratio >= t_.congested_ratio && !dropped) congested_ns_ = now_ns;
+    const bool holds = !clear && level > 0 && p.seconds >= t_.hold_fraction * level;
+    if ((p.ratio >= t_.congested_ratio || holds) && !dropped) congested_ns_ = now_ns;
     if (!clear) {
       congested_[congested_n_ % kHistory] = float(p.seconds);
       ++congested_n_;

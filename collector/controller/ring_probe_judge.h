@@ -12,7 +12,12 @@
 // 0.78x its run's median; the rounds after the lift read 0.16-0.58x it, while against the ring's
 // clear level (3.9-8.2 ms, which moves with the host's load) they read 0.38-2.11x, and one noisy
 // run's throttled rounds 1.95x. A round reads congested at or above `congested_ratio` of the
-// clear level unless it is such a drop.
+// clear level unless it is such a drop, or, not clear, at or above `hold_fraction` of the level
+// since the move: the congestion holds. f29a rules r0 (a clear level of 9.3 ms) read the
+// throttled ring at 1.48-2.55x it, every other round under 1.8x, so no round read congested
+// for 3 s and the rules re-probed the throttled ring on their timer. 0.65, between the drop
+// (0.6) and the throttled rounds' spread: early in a phase the level is the median of a few
+// rounds, and there f29a's throttled rounds read 0.65-0.7x it.
 //
 // Calibrated for the same-host links only: with host1's uplink at 2 Gbit/s the probe read
 // 0.8-4.8x its clear level (1.5 MiB a hop crosses the throttled uplink in a few ms, within the
@@ -32,6 +37,7 @@ struct RingProbeThresholds {
   double clear_ratio = kRingProbeClearRatio;
   double congested_ratio = kRingProbeCongestedRatio;
   double drop_fraction = 0.6;
+  double hold_fraction = 0.65;
   int min_congested_rounds = 3;
   int clear_readings = 2;
 };

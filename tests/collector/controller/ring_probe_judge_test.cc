@@ -81,6 +81,43 @@ TEST(RingProbeJudge, ALiftIsADropFromTheLevelSinceTheMove) {
   EXPECT_EQ(j.congestedLevel(), 0);
 }
 
+// A throttled ring read against a high clear level (f29a rules r0: 9.3 ms, the rounds every
+// ~1.1 s through the intra-host phase) crosses under the congested ratio every other round; the
+// congestion holds on its level since the move, so the verdict stays congested (the rules then
+// do not re-probe the ring into it).
+TEST(RingProbeJudge, ACongestionHoldsOnItsLevelSinceTheMove) {
+  using V = RingProbeJudge::Verdict;
+  const double clear_s = 0.0093;
+  const double rounds_ms[] = {24.1, 23.4, 18.5, 21.4, 15.2, 15.0, 19.7, 16.9,
+                              23.8, 13.8, 16.5, 22.2, 14.7, 16.0, 22.0, 18.5};
+  RingProbeJudge j;
+  std::string why;
+  int64_t t = 0;
+  int congested = 0, looks = 0;
+  for (double ms : rounds_ms) {
+    const int64_t at = t;
+    Features f;
+    f.ring_probe = {
+        .seconds = ms * 1e-3, .at_ns = at, .reference_s = clear_s, .ratio = ms * 1e-3 / clear_s};
+    for (int look = 0; look < 2; ++look, t += kStepNs + kStepNs / 5) {  // 1.2 s a round
+      const V v = j.update(f, t, why);
+      ++looks;
+      congested += v == V::kCongested;
+      EXPECT_NE(v, V::kClear) << ms;
+    }
+  }
+  EXPECT_EQ(congested, looks) << "the verdict lapsed while the ring stayed throttled";
+  // And the lift still reads clear: 0.3-0.5x the level since the move.
+  for (double ms : {7.0, 6.0}) {
+    Features f;
+    f.ring_probe = {
+        .seconds = ms * 1e-3, .at_ns = t, .reference_s = clear_s, .ratio = ms * 1e-3 / clear_s};
+    t += kStepNs;
+    j.update(f, t, why);
+  }
+  EXPECT_EQ(j.clearInARow(), 2);
+}
+
 struct Move {
   double t;
   Topology to;
