@@ -110,8 +110,13 @@ int BPF_PROG(on_tcp_probe, struct sock* sk) {
   s->bytes_in_flight = tp->snd_nxt - tp->snd_una;
   s->send_queue = tp->write_seq - tp->snd_una;
   s->srtt_us = tp->srtt_us >> 3;
-  s->rate_delivered = tp->rate_delivered;
-  s->rate_interval_us = tp->rate_interval_us;
+  const __u32 rate_delivered = tp->rate_delivered, rate_interval_us = tp->rate_interval_us;
+  s->rate_delivered = rate_delivered;
+  s->rate_interval_us = rate_interval_us;
+  s->rate_is_new = rate_delivered != owner->last_rate_delivered ||
+                   rate_interval_us != owner->last_rate_interval_us;
+  owner->last_rate_delivered = rate_delivered;
+  owner->last_rate_interval_us = rate_interval_us;
   s->mss = tp->mss_cache;
   s->app_limited = BPF_CORE_READ_BITFIELD(tp, rate_app_limited);
   const __u32 delivered = tp->delivered;

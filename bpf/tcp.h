@@ -34,6 +34,11 @@ struct tcp_sample {
    * from the socket's last send, however long ago: tcp:tcp_probe fires on every segment received,
    * and a ring's rank receives from one neighbour on a socket it has not sent on since setup. */
   __u32 acked_since_last;
+  /* 1 when rate_delivered/rate_interval_us differ from the socket's previous sample: the kernel
+   * keeps "the last non-app-limited or the highest app-limited" rate sample (tcp_rate_gen), so a
+   * socket whose later sends are small (app-limited, fewer segments per round trip) repeats an
+   * older, faster sample at every acknowledgement, with app_limited 0. */
+  __u32 rate_is_new;
   __u16 family; /* AF_INET (2) or AF_INET6 (10) */
   __u16 dport;  /* host byte order */
   __u8 saddr[16];
@@ -46,6 +51,8 @@ struct tcp_owner {
   __u32 last_delivered; /* tcp_sock.delivered at the previous sample */
   __u64 last_sample_ns;
   __u64 last_sample_jiffies;
+  __u32 last_rate_delivered; /* the rate sample the previous sample read */
+  __u32 last_rate_interval_us;
 };
 
 #endif

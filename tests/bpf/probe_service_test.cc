@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <linux/capability.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -693,6 +694,85 @@ TEST_F(ProbeServiceTest, AReceiveOnlySocketRepeatsNoStaleRttOrDeliveryRate) {
   // The last acknowledgement of the send may arrive with the stream's first segment.
   EXPECT_LE(rtt, 2u) << "the RTT of the socket's last send was repeated while it only received";
   EXPECT_LE(rate, 2u) << "the delivery rate of its last send was repeated while it only received";
+  EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "tcp"}}), 0);
+}
+
+// The kernel keeps "the last non-app-limited or the highest app-limited" delivery-rate sample
+// (tcp_rate_gen), so a socket that sent fast and then only sends small messages (app-limited,
+// slower) repeats the fast sample, marked not app-limited, at every acknowledgement: the ring's
+// inter-host rate read a clear phase's 36-38 Gbit/s for 4 s through a 2 Gbit/s throttle (f28d,
+// f29b). Only a new sample counts. The target sends 8 MB unpaced, then 64 bytes every 2 ms:
+// its RTT goes on (acknowledged data), its delivery rate must not.
+TEST_F(ProbeServiceTest, AnAppLimitedSenderRepeatsNoOlderFasterDeliveryRate) {
+  constexpr int64_t kBulkBytes = 64 << 20;
+  constexpr int kSmallSends = 200;
+  Listener listener(0);
+  const uint16_t port = listener.port;
+  auto fd = std::make_shared<int>(-1);
+  Child target(
+      [=] {
+        *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        // Ethernet-sized segments, as between hosts: the bulk's rate in segments per second is
+        // then far above one small message's per round trip, so the kernel keeps the bulk's.
+        const int mss = 1400;
+        setsockopt(*fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(port);
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) *fd = -1;
+      },
+      [=]() -> int64_t {
+        if (*fd < 0) return -1;
+        std::vector<char> buf(1 << 20, 'x');
+        for (int64_t sent = 0; sent < kBulkBytes;) {
+          const ssize_t n = send(*fd, buf.data(), buf.size(), MSG_NOSIGNAL);
+          if (n <= 0) return -1;
+          sent += n;
+        }
+        char go = 0;  // the test polls the bulk's samples, then lets the small sends begin
+        if (read(*fd, &go, 1) != 1) return -1;
+        for (int i = 0; i < kSmallSends; ++i) {
+          if (send(*fd, buf.data(), 64, MSG_NOSIGNAL) != 64) return -1;
+          std::this_thread::sleep_for(2ms);  // pacing: an application-limited sender
+        }
+        close(*fd);
+        return kSmallSends;
+      });
+  ASSERT_TRUE(target.ready(5s));
+  ProbeOptions options;
+  options.pids = {target.pid()};
+  auto service = start(options);
+  ASSERT_NE(service, nullptr);
+  target.go();
+  const int conn = accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(conn, 0);
+  std::vector<char> buf(kBulkBytes);
+  ASSERT_EQ(recv(conn, buf.data(), buf.size(), MSG_WAITALL), ssize_t(kBulkBytes));
+  const LabelMap tcp = {{"job", "manual"}, {"rank", "0"}, {"transport", "tcp"}};
+  const char* const kRate = "bpftrain_transport_delivery_rate_bytes_per_second";
+  service->poll(registry_, monotonicNowNs());
+  const uint64_t rate_bulk = series(kRate, tcp).count;
+  const uint64_t rtt_bulk = series("bpftrain_transport_rtt_seconds", tcp).count;
+  const uint64_t depth_bulk = series("bpftrain_transport_queued_bytes", tcp).count;
+  ASSERT_EQ(send(conn, "g", 1, MSG_NOSIGNAL), 1);
+  int64_t small = 0;
+  for (ssize_t n; (n = read(conn, buf.data(), buf.size())) > 0;) small += n;
+  close(conn);
+  int64_t sends = 0;
+  ASSERT_TRUE(target.result(sends, 30s));
+  ASSERT_EQ(sends, kSmallSends);
+  ASSERT_EQ(small, 64 * kSmallSends);
+  service->poll(registry_, monotonicNowNs());
+  const uint64_t rate = series(kRate, tcp).count - rate_bulk;
+  const uint64_t rtt = series("bpftrain_transport_rtt_seconds", tcp).count - rtt_bulk;
+  const uint64_t depth = series("bpftrain_transport_queued_bytes", tcp).count - depth_bulk;
+  std::printf("bulk: %lu rate samples; small sends: %lu depth, %lu RTT, %lu rate\n",
+              static_cast<unsigned long>(rate_bulk), static_cast<unsigned long>(depth),
+              static_cast<unsigned long>(rtt), static_cast<unsigned long>(rate));
+  ASSERT_GE(rate_bulk, 1u) << "the unpaced send gave no delivery rate to repeat";
+  ASSERT_GE(rtt, 20u) << "the small sends were not sampled often enough to tell";
+  EXPECT_LE(rate, 2u) << "the bulk's faster rate sample was repeated";
   EXPECT_EQ(total("bpftrain_probe_events_lost", {{"probe", "tcp"}}), 0);
 }
 

@@ -37,13 +37,15 @@ class Object final : public RingProbeObject<tcp_sample, 1> {
     sink().record(ids[2], sample.bytes_in_flight);
     // The RTT and the delivery rate move only when the peer acknowledges this socket's data; a
     // socket that only receives (a ring's rank from its upstream neighbour) would repeat a value
-    // from its last send, however old. f28d: a clear phase's 36 Gbit/s held for 4 s through a 2
-    // Gbit/s uplink throttle, and the controller saw no drop.
+    // from its last send, however old.
     if (sample.acked_since_last == 0) return;
     sink().record(ids[1], sample.srtt_us * 1e-6);
     // An application-limited sample says how fast the application wrote, not what the path
-    // carries (a ring's rank waiting for its neighbour's chunk): only the others count.
-    if (sample.app_limited == 0 && sample.rate_interval_us > 0)
+    // carries (a ring's rank waiting for its neighbour's chunk): only the others count. And only
+    // a new one: the kernel keeps an older, faster sample over later small sends' (tcp.h), and
+    // f28d and f29b read a clear phase's 36-38 Gbit/s, unchanged for 4 s, through a 2 Gbit/s
+    // uplink throttle, so the controller saw no drop.
+    if (sample.rate_is_new != 0 && sample.app_limited == 0 && sample.rate_interval_us > 0)
       sink().record(ids[3], double(sample.rate_delivered) * sample.mss * 1e6 /
                                 double(sample.rate_interval_us));
   }
