@@ -141,6 +141,12 @@ struct RulesConfig {
   // the same-host links: hierarchical keeps their traffic in shared memory (its window read up to
   // 1.22x in netlab's intra-host phase with nothing lifted), and the ring probe judges them.
   ThroughputRiseConfig reprobe_rise;
+  // After a rise re-probe that failed (a false rise), another rise re-probes only at this many
+  // times the false one's reading until the periodic re-probe is due. Before, no other rise
+  // counted: f29b rules r1 took a false rise 16 s into the uplink phase (the window at 357
+  // after a dip, 1.19x its level) and then sat on hierarchical through clear-last, its window
+  // at 470-500 (1.45x), for the 32 s timer.
+  double reprobe_rise_beyond_false = 1.05;
   // The ring probe (features.h RingProbe) answers for the ring's links from hierarchical: clear
   // for its rounds in a row, the way back steps down without waiting for a re-probe; congested,
   // no re-probe is tried (it would fail). ring_probe_judge.h.

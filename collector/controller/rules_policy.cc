@@ -435,10 +435,14 @@ bool RulesPolicy::risen(const Features& f, int level, bool by_link, int64_t now_
   // links did not show it: netlab's five-phase run climbed on the slowdown 4.2 s into the uplink
   // phase once, 2026-12-05).
   const bool uplink_like = (by_link && trigger_link_ == int(Link::kOtherHost)) || hidden_trigger_;
-  if (level == 0 || !uplink_like || rise_failed_ || !f.config_consistent)
+  if (level == 0 || !uplink_like || !f.config_consistent)
     return rise_.update(0, now_ns);  // (no reading: no rise in a row)
   if (!rise_.update(f.samples_per_s_window, now_ns)) return false;
+  if (rise_failed_ && f.samples_per_s_window < config_.reprobe_rise_beyond_false * rise_reading_)
+    return false;
   why = "its " + rise_.why("since the climb");
+  if (rise_failed_) why += figures(", beyond the false rise's %.0f", rise_reading_, 0);
+  rise_reading_ = f.samples_per_s_window;
   return true;
 }
 

@@ -161,9 +161,11 @@ class RulesPolicy final : public Policy {
   int64_t on_rung_since_ns_ = -1;  // when the current rung was entered (re-probe clock)
   // This rung's samples/s over its level since the move (RulesConfig::reprobe_rise).
   ThroughputRise rise_;
-  // A rise re-probe that failed: no other until the periodic one is due.
+  // A rise re-probe that failed: until the periodic one is due, only a rise beyond it
+  // (RulesConfig::reprobe_rise_beyond_false) re-probes.
   bool rise_failed_ = false;
   bool rise_reprobe_ = false;  // the pending step down was a rise re-probe
+  double rise_reading_ = 0;    // the window's samples/s at the last rise re-probe
   // Whether this rung's samples/s rose over its level since the climb (updates the level).
   bool risen(const Features& f, int level, bool by_link, int64_t now_ns, std::string& why);
   // The ring's links judged from hierarchical by the ring probe (RulesConfig::ring_probe_*).

@@ -217,5 +217,24 @@ TEST(RulesPolicy, AFalseRiseReprobesOnceThenWaitsForTheTimer) {
   EXPECT_GE(reprobes[1].t - reprobes[0].t, 16.0);
 }
 
+// After a false rise (f29b rules r1: the window 1.19x its level after a dip, 16 s into the
+// uplink phase), the lift's larger rise still re-probes at once: only a rise beyond the false
+// one's reading counts, where before none did until the timer (32 s there).
+TEST(RulesPolicy, AfterAFalseRiseTheLiftsLargerRiseStillReprobes) {
+  RulesPolicy p;
+  const auto sw = runUplink(p, 140, 30, 110, [](double t) {
+    return t >= 80 && t < 85 ? 360 : 300;  // a false rise of 1.2x for 5 s
+  });
+  print(sw);
+  std::vector<Switch> reprobes;
+  for (const Switch& s : sw)
+    if (s.reason == "reprobe" && s.t >= 80) reprobes.push_back(s);
+  ASSERT_GE(reprobes.size(), 2u);
+  EXPECT_LE(reprobes[0].t, 82.0) << "the false rise";
+  EXPECT_GE(reprobes[1].t, 110.0);
+  EXPECT_LE(reprobes[1].t, 112.0) << "the lift (420, 1.4x) waited for the timer";
+  EXPECT_EQ(sw.back().to.topology, Topology::kRing);
+}
+
 }  // namespace
 }  // namespace bpftrain::collector::controller
