@@ -314,7 +314,11 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       stint_mean_ += (reward - stint_mean_) / stint_obs_;
     } else {
       const bool drift = pageHinkley(reward);
-      const bool rose = config_.rise.factor > 0 &&
+      // Not after a same-host change: hierarchical keeps same-host traffic in shared memory, so
+      // its throughput does not follow those links (f29c bandit r0: a 1.15x bump 11 s into the
+      // intra-host phase read as a lift, wiped the way back, and the phase after ran on
+      // hierarchical); the ring probe judges them instead.
+      const bool rose = config_.rise.factor > 0 && !same_host_congested_ &&
                         config_.arms[size_t(cur)].topology != Topology::kRing &&
                         rise_.update(f.samples_per_s_window, now_ns);
       if ((drift || rose) && steps_ <= config_.warmup_steps) {

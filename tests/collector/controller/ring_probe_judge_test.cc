@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 
 #include "collector/controller/bandit_policy.h"
@@ -131,7 +132,8 @@ struct Move {
 // `after_s`: what the probe reads after the lift (the clear level on a quiet host; more on a
 // noisier one).
 std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, bool probe = true,
-                            double after_s = 0.004) {
+                            double after_s = 0.004,
+                            const std::function<double(double)>& hierarchical = {}) {
   std::vector<Move> out;
   Topology cur = Topology::kRing;
   FeatureExtractor ex("j");
@@ -141,7 +143,9 @@ std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, b
     JobState j;
     const bool ring = cur == Topology::kRing;
     j.topology = int(cur);
-    j.samples_per_s_per_rank = ring ? (congested ? 150 : 500) : 400;
+    j.samples_per_s_per_rank = ring           ? (congested ? 150 : 500)
+                               : hierarchical ? hierarchical(t)
+                                              : 400;
     if (ring) j.same_host = {congested ? 9e-3 : 0.2e-3, congested ? 33e-3 : 1.5e-3, 6e6};
     j.other_host = {ring ? 1.3e-3 : 6e-3, ring ? 6.5e-3 : 14e-3, 6e6};
     if (probe) {
@@ -240,6 +244,23 @@ TEST(RingProbeWayBack, TheBanditReprobesTheRingWhenTheProbeReadsItClear) {
   BanditPolicy without;
   EXPECT_FALSE(ringMoves(intraHost(without, 90, 30, 70, false), 32, 70).empty())
       << "without the probe the way back is the backed-off re-probe, tried while congested";
+}
+
+// Hierarchical's throughput does not follow the same-host links (shared memory): a bump of it
+// during a same-host congestion is no lift (f29c bandit r0: 1.15x, 11 s into the intra-host
+// phase, read as a change; the ring's way back was lost and the next clear phase ran on
+// hierarchical). The bandit stays, and the ring probe still brings the ring back at the lift.
+TEST(RingProbeWayBack, TheBanditTakesNoRiseOfHierarchicalForASameHostLift) {
+  BanditPolicy p;
+  const auto moves =
+      intraHost(p, 90, 30, 70, true, 0.004, [](double t) { return t >= 45 && t < 50 ? 480 : 400; });
+  for (const Move& m : moves)
+    std::printf("%.1f s: %s (%s)\n", m.t, topologyName(m.to).data(), m.reason.c_str());
+  for (const Move& m : moves)
+    EXPECT_FALSE(m.t >= 32 && m.t < 70) << m.t << " s: " << m.reason << ": " << m.detail;
+  bool back = false;
+  for (const Move& m : moves) back = back || (m.to == Topology::kRing && m.t >= 70 && m.t < 73);
+  EXPECT_TRUE(back) << "the ring probe's way back at the lift";
 }
 
 }  // namespace
