@@ -489,6 +489,29 @@ struct Listener {
   uint16_t port = 0;
 };
 
+// A TCP socket connected to 127.0.0.1:port, -1 on failure; `mss` > 0 caps its segments first.
+int connectLoopback(uint16_t port, int mss = 0) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (mss > 0) setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+// Writes `bytes` unpaced from `buf` (whole buffers); false when a send fails.
+bool sendUnpaced(int fd, const std::vector<char>& buf, int64_t bytes) {
+  for (int64_t sent = 0; sent < bytes;) {
+    const ssize_t n = send(fd, buf.data(), buf.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += n;
+  }
+  return true;
+}
+
 // Two senders of `pace`d 64 KiB writes into loopback readers, as ranks 0 and 1 of one fresh
 // service: rank 0's reader keeps up, rank 1's takes 8 MB/s (16 KiB per 2 ms). Polls once both
 // streams are done, so their samples are in the store; the service stays with the caller.
@@ -584,15 +607,8 @@ TEST_F(ProbeServiceTest, EveryTargetSocketIsFollowedWithoutAnOwnerMapToFill) {
   auto fds = std::make_shared<std::vector<int>>();
   Child sender(
       [=] {
-        for (int i = 0; i < kSockets; ++i) {
-          const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-          sockaddr_in addr{};
-          addr.sin_family = AF_INET;
-          addr.sin_port = htons(port);
-          addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-          if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
-            fds->push_back(fd);
-        }
+        for (int i = 0; i < kSockets; ++i)
+          if (const int fd = connectLoopback(port); fd >= 0) fds->push_back(fd);
       },
       [=]() -> int64_t {
         if (int(fds->size()) != kSockets) return -1;
@@ -635,27 +651,14 @@ TEST_F(ProbeServiceTest, AReceiveOnlySocketRepeatsNoStaleRttOrDeliveryRate) {
   Listener listener(0);
   const uint16_t port = listener.port;
   auto fd = std::make_shared<int>(-1);
-  Child target(
-      [=] {
-        *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_port = htons(port);
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) *fd = -1;
-      },
-      [=]() -> int64_t {
-        if (*fd < 0) return -1;
-        std::vector<char> buf(1 << 20, 'x');
-        for (int64_t sent = 0; sent < kSendBytes;) {
-          const ssize_t n = send(*fd, buf.data(), buf.size(), MSG_NOSIGNAL);
-          if (n <= 0) return -1;
-          sent += n;
-        }
-        int64_t got = 0;
-        for (ssize_t n; (n = read(*fd, buf.data(), buf.size())) > 0;) got += n;
-        return got;
-      });
+  Child target([=] { *fd = connectLoopback(port); },
+               [=]() -> int64_t {
+                 std::vector<char> buf(1 << 20, 'x');
+                 if (*fd < 0 || !sendUnpaced(*fd, buf, kSendBytes)) return -1;
+                 int64_t got = 0;
+                 for (ssize_t n; (n = read(*fd, buf.data(), buf.size())) > 0;) got += n;
+                 return got;
+               });
   ASSERT_TRUE(target.ready(5s));
   ProbeOptions options;
   options.pids = {target.pid()};
@@ -710,26 +713,12 @@ TEST_F(ProbeServiceTest, AnAppLimitedSenderRepeatsNoOlderFasterDeliveryRate) {
   const uint16_t port = listener.port;
   auto fd = std::make_shared<int>(-1);
   Child target(
-      [=] {
-        *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        // Ethernet-sized segments, as between hosts: the bulk's rate in segments per second is
-        // then far above one small message's per round trip, so the kernel keeps the bulk's.
-        const int mss = 1400;
-        setsockopt(*fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_port = htons(port);
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) *fd = -1;
-      },
+      // Ethernet-sized segments, as between hosts: the bulk's rate in segments per second is
+      // then far above one small message's per round trip, so the kernel keeps the bulk's.
+      [=] { *fd = connectLoopback(port, 1400); },
       [=]() -> int64_t {
-        if (*fd < 0) return -1;
         std::vector<char> buf(1 << 20, 'x');
-        for (int64_t sent = 0; sent < kBulkBytes;) {
-          const ssize_t n = send(*fd, buf.data(), buf.size(), MSG_NOSIGNAL);
-          if (n <= 0) return -1;
-          sent += n;
-        }
+        if (*fd < 0 || !sendUnpaced(*fd, buf, kBulkBytes)) return -1;
         char go = 0;  // the test polls the bulk's samples, then lets the small sends begin
         if (read(*fd, &go, 1) != 1) return -1;
         for (int i = 0; i < kSmallSends; ++i) {
