@@ -406,6 +406,9 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
                            " (" + reprobe_why + ")");
     last_descent_ns_ = now_ns;
     rise_reprobe_ = rose;
+    // The bar a later rise must clear if this one fails: set by the re-probe made, not by every
+    // rise seen (a rise held back by the dwell would raise it step by step).
+    if (rose) rise_reading_ = f.samples_per_s_window;
     if (!rose) rise_failed_ = false;  // the periodic re-probe is due: rises count again
   }
 
@@ -442,7 +445,6 @@ bool RulesPolicy::risen(const Features& f, int level, bool by_link, int64_t now_
     return false;
   why = "its " + rise_.why("since the climb");
   if (rise_failed_) why += figures(", beyond the false rise's %.0f", rise_reading_, 0);
-  rise_reading_ = f.samples_per_s_window;
   return true;
 }
 
