@@ -200,6 +200,16 @@ bool BanditPolicy::sameHostCongested(const Features& f, size_t cur) const {
          stint_steps_ >= 3 && ls.rtt_p50_s >= kRules.same_host_rtt_p50_high_s;
 }
 
+// The inter-host links past the rules' thresholds: the RTT median, or the delivery rate at its
+// drop fraction of the running topology's level (BBR keeps an uplink's RTT low).
+bool BanditPolicy::otherHostCongested(const Features& f) {
+  static const RulesConfig kRules;
+  const LinkSignals& ls = f.links[int(Link::kOtherHost)];
+  return f.has_links && ls.seen &&
+         (ls.rtt_p50_s >= kRules.other_host_rtt_p50_high_s ||
+          (ls.delivery_ratio > 0 && ls.delivery_ratio <= kRules.delivery_drop_fraction));
+}
+
 double BanditPolicy::incumbentLevel(size_t cur) const {
   return stats_[cur].n > 0 ? meanReward(cur) : stint_mean_;
 }
@@ -236,6 +246,9 @@ void BanditPolicy::endTrial(bool kept) {
     } else {
       reprobe_ = std::min(2 * reprobe_, config_.max_reprobe_steps);
       left_origin_step_ = steps_;
+      // A clear verdict the links did not bear out: not a same-host congestion the probe is
+      // calibrated for (an uplink's throttle reads clear at times); the timer re-probes.
+      if (trial_->by_probe && !same_host_congested_) probe_way_back_ = false;
     }
   } else if (kept && origin_arm_ >= 0 && size_t(origin_arm_) == trial_->from) {
     left_origin_step_ = steps_;
@@ -342,9 +355,11 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   }
   if (changed) noteChange(f, size_t(cur), settle_steps, changed_up);
   ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;
-  // (After a same-host change only: the probe does not show an uplink's throttle, RingProbeJudge.)
-  if (origin_arm_ >= 0 && origin_arm_ != cur && same_host_congested_ &&
-      config_.arms[size_t(origin_arm_)].topology == Topology::kRing &&
+  // (Not after an inter-host change: the probe does not show an uplink's throttle,
+  // RingProbeJudge.) From any flat origin: halving-doubling sends its same-host chunks over the
+  // ring's TCP links, so the ring's links read clear are its way back too (before, the way back
+  // from halving-doubling was the re-probe timer, 8 s and more).
+  if (origin_arm_ >= 0 && origin_arm_ != cur && probe_way_back_ &&
       config_.arms[size_t(cur)].topology != Topology::kRing)
     ring_probe_verdict_ = ring_probe_.update(f, now_ns, ring_probe_why_);
   else
@@ -438,6 +453,8 @@ void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps, b
   ++changes_detected_;
   reexploring_ = true;
   same_host_congested_ = sameHostCongested(f, cur);
+  probe_way_back_ = !rose && config_.arms[cur].topology != Topology::kHierarchical &&
+                    (same_host_congested_ || !otherHostCongested(f));
   // The way back is re-probed after a drop only. After a rise (an uplink lifting under
   // hierarchical) the arm it leaves is the higher rung: f29a's two bandit runs re-probed
   // hierarchical 8 s into clear-last, where it ran 0.75x the ring, once each.
@@ -531,9 +548,11 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
                   armName(config_.arms[origin_arm_]).c_str(),
                   double(steps_ - left_origin_step_) * double(step_ns_) * 1e-9,
                   armName(current).c_str(), level, tokens_);
-    return move(size_t(origin_arm_), size_t(cur), "explore",
-                probe_clear ? std::string(buf) + "; " + ring_probe_why_ : std::string(buf), true,
-                true);
+    Decision back = move(size_t(origin_arm_), size_t(cur), "explore",
+                         probe_clear ? std::string(buf) + "; " + ring_probe_why_ : std::string(buf),
+                         true, true);
+    trial_->by_probe = probe_clear;
+    return back;
   }
   return d;
 }

@@ -132,9 +132,10 @@ class BanditPolicy final : public Policy {
   struct Trial {
     size_t arm;
     size_t from;
-    double reference;  // the incumbent's samples/s before the move
-    bool paid;         // exploration (charged to the budget) rather than exploitation
-    bool reprobe;      // a re-probe of the arm a change drove us from
+    double reference;       // the incumbent's samples/s before the move
+    bool paid;              // exploration (charged to the budget) rather than exploitation
+    bool reprobe;           // a re-probe of the arm a change drove us from
+    bool by_probe = false;  // that re-probe was made on the ring probe's clear verdict
     // The reference is an upper bound: the reading that corroborated a link change while the
     // incumbent's step was still slowing down. Matching it is enough.
     bool upper_bound = false;
@@ -156,6 +157,7 @@ class BanditPolicy final : public Policy {
   Decision explore(size_t cur, const Arm& current, bool changed, const char* change_why,
                    int settle_steps, int trial_steps);
   bool sameHostCongested(const Features& f, size_t cur) const;
+  static bool otherHostCongested(const Features& f);
   void resetStint();
   double index(size_t arm, double total_n, double scale) const;
   double incumbentLevel(size_t cur) const;
@@ -205,6 +207,13 @@ class BanditPolicy final : public Policy {
   // The change was seen with a flat topology's same-host links congested: re-explore the arms
   // that keep same-host gradients off TCP (hierarchical) first.
   bool same_host_congested_ = false;
+  // The ring probe judges the way back to the origin: set by a drop seen on a flat arm (ring,
+  // halving-doubling: same-host chunks over TCP) with the same-host links congested, or with no
+  // link class congested yet (halving-doubling's throughput fell before its same-host RTT median
+  // crossed); not when the inter-host links showed it (the probe read an uplink's throttle at
+  // 0.8-4.8x its clear level: RingProbeJudge). Cleared after a re-probe on the probe's clear
+  // verdict failed, unless the same-host links were seen congested: then the timer re-probes.
+  bool probe_way_back_ = false;
   int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
   ThroughputRise rise_;  // the incumbent's level since its stint began (or the last change)
   // A phase that a drop of its incumbent ended: the arms' estimates then, and that arm's level.

@@ -98,7 +98,7 @@ std::optional<Link> linkOf(const SeriesSnapshot& s) {
 
 // The newest probe round (the ranks' readings within kRoundNs of the newest: a round reaches the
 // collector within a telemetry interval), or the previous one carried; the ring's level from the
-// readings taken on it.
+// readings taken on a flat topology (RingProbe).
 void updateRingProbe(Features& f, std::span<const std::pair<int64_t, double>> readings,
                      const Features* previous, bool topology_settled) {
   constexpr int64_t kRoundNs = 500'000'000;
@@ -121,8 +121,9 @@ void updateRingProbe(Features& f, std::span<const std::pair<int64_t, double>> re
     p.reference_s = sorted[n / 2];
   }
   p.ratio = p.reference_s > 0 && p.seconds > 0 ? p.seconds / p.reference_s : 0;
-  if (new_reading && p.seconds > 0 && f.topology == Topology::kRing && f.config_consistent &&
-      topology_settled && (p.ratio <= 0 || p.ratio < kRingProbeCongestedRatio)) {
+  if (new_reading && p.seconds > 0 && f.topology && *f.topology != Topology::kHierarchical &&
+      f.config_consistent && topology_settled &&
+      (p.ratio <= 0 || p.ratio < kRingProbeCongestedRatio)) {
     p.history[p.n % RingProbe::kHistory] = float(p.seconds);
     ++p.n;
   }

@@ -80,9 +80,12 @@ inline constexpr double kDeliveryDropFraction = 0.4;
 // ring's links can be judged from a higher rung, where their own traffic is gone (hierarchical's
 // node stage runs in shared memory). A reading is one probe round: the lowest rank's time (every
 // rank waits for the last to arrive; the last waits least). The reference is the median of the
-// last kHistory readings taken while the ring ran, not counting those at or above
-// kRingProbeCongestedRatio of it (so a congested ring does not become the level), known from
-// kRingProbeMinHistory readings on; the ratio is reading / reference, 0 while either is unknown.
+// last kHistory readings taken while a flat topology ran (the ring, or halving-doubling or
+// bcube, whose chunks cross the same TCP links: a controller leaves them too when those links
+// congest; a job that ran halving-doubling through a clear phase had no reference and no way
+// back judged by the probe), not counting those at or above kRingProbeCongestedRatio of it (so a
+// congested ring does not become the level), known from kRingProbeMinHistory readings on; the
+// ratio is reading / reference, 0 while either is unknown.
 struct RingProbe {
   double seconds = 0;
   int64_t at_ns = -1;  // when the reading's newest sample was taken; -1: none yet

@@ -202,6 +202,8 @@ class RankRunner {
   std::vector<float> ring_probe_;  // --adaptive on Gloo: the probe's buffer, else empty
   uint64_t ring_probes_ = 0;
   double ring_probe_s_ = 0;  // summed, for the closing line
+  uint64_t broadcasts_ = 0;  // boundary and bucket syncs by broadcast
+  double broadcast_s_ = 0;   // summed, for the closing line
   std::set<pid_t> compute_tids_;
   std::vector<pid_t> known_tids_;
 };
@@ -546,8 +548,11 @@ void RankRunner::syncAtBoundary(uint64_t step, bool features_on) {
 
 // A boundary or bucket sync: rank 0's word (collected afresh) to every rank by broadcast.
 void RankRunner::broadcastWord(uint64_t step, std::span<uint8_t, control::kSyncWordBytes> word) {
-  sync_->writeBroadcast(step, Clock::now(), word);
+  const auto t0 = Clock::now();
+  sync_->writeBroadcast(step, t0, word);
   comm_->broadcast(word, 0);
+  ++broadcasts_;
+  broadcast_s_ += seconds(Clock::now() - t0);
 }
 
 // Rank 0's control socket overflowed since the last look (a flood): counted and said, once a
@@ -731,8 +736,11 @@ void RankRunner::report(uint64_t end_step, const StepTotals& totals) {
         std::printf(" %s=%" PRIu64, std::string(control::rejectName(control::Reject(r))).c_str(),
                     n);
     std::printf("\n");
-    // Slow buckets' broadcasts (ConfigSync::bucketSyncs; every rank ran the same ones).
+    // Slow buckets' broadcasts (ConfigSync::bucketSyncs; every rank ran the same ones), and what
+    // all broadcast syncs (at step boundaries too) cost: the control path's share of the step.
     std::printf("bpftrain-train: rank 0: bucket syncs %" PRIu64 "\n", sync_->bucketSyncs());
+    std::printf("bpftrain-train: rank 0: broadcast syncs %" PRIu64 " mean %.2f ms\n", broadcasts_,
+                broadcasts_ > 0 ? broadcast_s_ / double(broadcasts_) * 1e3 : 0.0);
     // What the ring probe cost (control/ring_probe.h): part of the mean step above.
     std::printf("bpftrain-train: rank 0: ring probes %" PRIu64 " mean %.2f ms\n", ring_probes_,
                 ring_probes_ > 0 ? ring_probe_s_ / double(ring_probes_) * 1e3 : 0.0);

@@ -130,10 +130,13 @@ struct Move {
 // the ring probe 4 ms clear, 20 ms with lo throttled (1.5 MiB a hop at 500 Mbit/s, less the
 // TBF's 256 KB burst), whatever topology runs.
 // `after_s`: what the probe reads after the lift (the clear level on a quiet host; more on a
-// noisier one).
+// noisier one). `halving_doubling_clear` > 0: halving-doubling is a flat topology as the ring
+// (its same-host chunks over the same links), at this many samples/s clear and 0.3x it congested;
+// otherwise it runs as hierarchical does.
 std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, bool probe = true,
                             double after_s = 0.004,
-                            const std::function<double(double)>& hierarchical = {}) {
+                            const std::function<double(double)>& hierarchical = {},
+                            double halving_doubling_clear = 0) {
   std::vector<Move> out;
   Topology cur = Topology::kRing;
   FeatureExtractor ex("j");
@@ -142,12 +145,14 @@ std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, b
     const bool congested = t >= from && t < to;
     JobState j;
     const bool ring = cur == Topology::kRing;
+    const bool hd_flat = halving_doubling_clear > 0 && cur == Topology::kHalvingDoubling;
     j.topology = int(cur);
     j.samples_per_s_per_rank = ring           ? (congested ? 150 : 500)
+                               : hd_flat      ? (congested ? 0.3 : 1) * halving_doubling_clear
                                : hierarchical ? hierarchical(t)
                                               : 400;
-    if (ring) j.same_host = {congested ? 9e-3 : 0.2e-3, congested ? 33e-3 : 1.5e-3, 6e6};
-    j.other_host = {ring ? 1.3e-3 : 6e-3, ring ? 6.5e-3 : 14e-3, 6e6};
+    if (ring || hd_flat) j.same_host = {congested ? 9e-3 : 0.2e-3, congested ? 33e-3 : 1.5e-3, 6e6};
+    j.other_host = {ring || hd_flat ? 1.3e-3 : 6e-3, ring || hd_flat ? 6.5e-3 : 14e-3, 6e6};
     if (probe) {
       const int64_t at = ns / kProbeEveryNs * kProbeEveryNs;
       const double at_s = double(at) * 1e-9;
@@ -261,6 +266,71 @@ TEST(RingProbeWayBack, TheBanditTakesNoRiseOfHierarchicalForASameHostLift) {
   bool back = false;
   for (const Move& m : moves) back = back || (m.to == Topology::kRing && m.t >= 70 && m.t < 73);
   EXPECT_TRUE(back) << "the ring probe's way back at the lift";
+}
+
+// The same way back when the bandit had left halving-doubling (the clear phase's best here,
+// 1.12x the ring) at the onset: halving-doubling's same-host chunks cross the links the ring
+// probe reads, so its re-probe comes at the lift, not on the re-probe timer.
+TEST(RingProbeWayBack, TheBanditReprobesHalvingDoublingWhenTheProbeReadsTheLinksClear) {
+  BanditPolicy p;
+  const auto moves = intraHost(p, 90, 30, 70, true, 0.004, {}, 560);
+  for (const Move& m : moves)
+    std::printf("%.1f s: %s (%s) %s\n", m.t, topologyName(m.to).data(), m.reason.c_str(),
+                m.detail.c_str());
+  Topology at_onset = Topology::kRing;
+  for (const Move& m : moves)
+    if (m.t < 30) at_onset = m.to;
+  ASSERT_EQ(at_onset, Topology::kHalvingDoubling) << "the clear phase's best before the onset";
+  bool up = false, back = false;
+  for (const Move& m : moves) {
+    up = up || (m.to == Topology::kHierarchical && m.t >= 30 && m.t < 33);
+    EXPECT_FALSE(m.t >= 33 && m.t < 70) << m.t << " s: " << m.reason << ": " << m.detail;
+    if (!back && m.t >= 70 && m.to == Topology::kHalvingDoubling) {
+      back = true;
+      EXPECT_LE(m.t, 70.0 + 2 * 1.2 + 0.5);
+      EXPECT_NE(m.detail.find("ring probe"), std::string::npos) << m.detail;
+    }
+  }
+  EXPECT_TRUE(up) << "hierarchical at the onset";
+  EXPECT_TRUE(back) << "halving-doubling again after the lift";
+}
+
+// A drop on the ring that no link class showed at the change (an uplink's throttle read by
+// throughput first), so the probe judges the way back, but the probe reads the congestion at
+// 1-2.3x its clear level (an uplink's spread, RingProbeJudge): some rounds read clear in a row.
+// One re-probe on such a verdict may fail; after it the way back is the timer's.
+TEST(RingProbeWayBack, AFailedReprobeOnTheProbesVerdictHandsTheWayBackToTheTimer) {
+  BanditPolicy p;
+  Topology cur = Topology::kRing;
+  FeatureExtractor ex("j");
+  int by_probe = 0, ring_moves = 0;
+  for (int64_t ns = 0; ns <= 70'000'000'000; ns += kStepNs) {
+    const double t = double(ns) * 1e-9;
+    const bool congested = t >= 30;
+    JobState j;
+    const bool ring = cur == Topology::kRing;
+    j.topology = int(cur);
+    j.samples_per_s_per_rank = ring ? (congested ? 250 : 500) : 400;
+    if (ring) j.same_host = {0.2e-3, 1.5e-3, 6e6};
+    j.other_host = {ring ? 1.3e-3 : 6e-3, ring ? 6.5e-3 : 14e-3, 6e6};
+    const int64_t at = ns / kProbeEveryNs * kProbeEveryNs;
+    const int64_t round = at / kProbeEveryNs;
+    // Throttled: rounds of 4, 5, 9 ms in turn (1-2.3x the 4 ms clear level).
+    j.ring_probe_s = !congested ? 0.004 : round % 3 == 2 ? 0.009 : round % 3 == 1 ? 0.005 : 0.004;
+    j.ring_probe_at_ns = at;
+    const Decision d = p.decide(ex.update(snapshotsOf(j), ns), Arm{cur, PinMode::kNone}, ns);
+    if (d.change) {
+      std::printf("%.1f s: %s (%s) %s\n", t, topologyName(d.to.topology).data(),
+                  std::string(d.reason).c_str(), d.detail.c_str());
+      if (t >= 32 && d.to.topology == Topology::kRing) {
+        ++ring_moves;
+        by_probe += d.detail.find("ring probe") != std::string::npos;
+      }
+      cur = d.to.topology;
+    }
+  }
+  EXPECT_EQ(by_probe, 1) << "one re-probe on the probe's verdict, then the timer's";
+  EXPECT_LE(ring_moves, 1 + 3) << "the timer's, 8 s and doubling, in 38 s";
 }
 
 }  // namespace
