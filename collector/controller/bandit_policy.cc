@@ -87,29 +87,34 @@ bool BanditPolicy::pageHinkley(double reward) {
   return alarm;
 }
 
-// The rules' RTT-median threshold of a link class, which every ring-link test here reads.
-static double rttHighS(Link l) {
+// How far a ring link class is past the rules' congestion thresholds (1: at them): its RTT
+// median against the class's threshold, and for the inter-host links their delivery rate's
+// drop below the ring's own level (kDeliveryDropFraction / ratio), since BBR keeps a throttled
+// uplink's RTT low: on netlab's uplink phase the ring's inter-host RTT median stayed at
+// 1.6-2.6 ms while the delivery rate read 0.04-0.05x its level (rules_config.h), and the bandit,
+// reading the RTT only, met the onset by Page-Hinkley 1.5-1.79 s in (f30a) where the rules took
+// 0.99 s. The ring carries every link class's traffic in equal chunks, so these show a
+// congested link directly (diagnosis.h); other topologies load links with their own pattern
+// (hierarchical's same-host sockets carry small control messages at 6-18 ms) and are not judged.
+static double ringLinkExcess(const LinkSignals& ls, Link l) {
   static const RulesConfig kRules;
-  return l == Link::kSameHost ? kRules.same_host_rtt_p50_high_s : kRules.other_host_rtt_p50_high_s;
+  if (!ls.seen) return 0;
+  const double rtt_high =
+      l == Link::kSameHost ? kRules.same_host_rtt_p50_high_s : kRules.other_host_rtt_p50_high_s;
+  const double delivery = l == Link::kOtherHost && ls.delivery_ratio > 0
+                              ? kRules.delivery_drop_fraction / ls.delivery_ratio
+                              : 0;
+  return std::max(ls.rtt_p50_s / rtt_high, delivery);
 }
 
-// The ring carries every link class's traffic in equal chunks, so its RTT medians show a
-// congested link directly (diagnosis.h); other topologies load links with their own pattern
-// (hierarchical's same-host sockets carry small control messages at 6-18 ms) and are not
-// judged. A change only once the stint's links were seen clear: a ring re-visited while the
-// congestion lasts is no news. The first window steps of a stint still hold the previous
-// topology's samples (1 s window).
+// A change only once the stint's links were seen clear: a ring re-visited while the congestion
+// lasts is no news. The first window steps of a stint still hold the previous topology's
+// samples (1 s window).
 bool BanditPolicy::linkChange(const Features& f, size_t cur) {
   if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
       !f.has_links || stint_steps_ < 3)
     return false;
-  bool congested = false;
-  for (int l = 0; l < kLinkCount; ++l) {
-    const LinkSignals& ls = f.links[l];
-    const double high = rttHighS(Link(l));
-    congested = congested || (ls.seen && ls.rtt_p50_s >= high);
-  }
-  if (!congested) {
+  if (worstRingLink(f) < 0) {
     link_steps_ = 0;
     link_clear_ = true;
     return false;
@@ -125,10 +130,9 @@ int BanditPolicy::worstRingLink(const Features& f) {
   int worst = -1;
   double worst_excess = 1;
   for (int l = 0; l < kLinkCount; ++l) {
-    const LinkSignals& ls = f.links[l];
-    const double high = rttHighS(Link(l));
-    if (!ls.seen || ls.rtt_p50_s / high < worst_excess) continue;
-    worst_excess = ls.rtt_p50_s / high;
+    const double excess = ringLinkExcess(f.links[l], Link(l));
+    if (excess < worst_excess) continue;
+    worst_excess = excess;
     worst = l;
   }
   return worst;
@@ -144,11 +148,8 @@ bool BanditPolicy::ringLinkFarPast(const Features& f, size_t cur, double level) 
     return false;
   if (!(f.samples_per_s > 0 && f.samples_per_s <= kRules.congestion_throughput_fraction * level))
     return false;
-  for (int l = 0; l < kLinkCount; ++l) {
-    const LinkSignals& ls = f.links[l];
-    const double high = rttHighS(Link(l));
-    if (ls.seen && ls.rtt_p50_s >= kRules.decisive_signal_factor * high) return true;
-  }
+  for (int l = 0; l < kLinkCount; ++l)
+    if (ringLinkExcess(f.links[l], Link(l)) >= kRules.decisive_signal_factor) return true;
   return false;
 }
 
@@ -173,14 +174,14 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
   char why[200];
   if (on_trial) {
     std::snprintf(why, sizeof why,
-                  "%s: ring link RTT far past its threshold, latest samples/s %.0f against %s at "
+                  "%s: ring link far past its threshold, latest samples/s %.0f against %s at "
                   "%.1f: abandoned (between steps)",
                   armName(current).c_str(), f.samples_per_s,
                   armName(config_.arms[trial_->from]).c_str(), trial_->reference);
     return backFromTrial(d, why);
   }
   std::snprintf(why, sizeof why,
-                "ring link RTT far past its threshold, latest samples/s %.0f against %.0f (between "
+                "ring link far past its threshold, latest samples/s %.0f against %.0f (between "
                 "steps)",
                 f.samples_per_s, stint_mean_);
   link_changed_ = true;
@@ -351,7 +352,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   if (!trial_ && !changed && linkChange(f, size_t(cur))) {
     changed = link_changed_ = true;
     changed_link_ = worstRingLink(f);
-    change_why = "ring link RTT";
+    change_why = "ring link";
   }
   if (changed) noteChange(f, size_t(cur), settle_steps, changed_up);
   ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;

@@ -10,7 +10,8 @@
 // by `budget_fraction` per step and holds at most `bank_steps`: over any run, exploration
 // steps <= budget_fraction x steps + bank_steps. A phase change is detected on the incumbent
 // only (never from a trial's readings): a two-sided Page-Hinkley test on its reward, or, on
-// the ring, a link class's RTT median crossing the rules' congestion threshold. The other arms'
+// the ring, a link class past the rules' congestion thresholds (its RTT median, or the
+// inter-host delivery rate's drop below its level). The other arms'
 // estimates are then forgotten and re-tried (hierarchical first when a flat topology's same-host
 // links were congested), and the arm the change drove us from is re-probed with a backoff (a
 // higher rung can hide the congestion it avoids, so only a probe shows the way back).
@@ -69,8 +70,9 @@ struct BanditConfig {
   // for its links from the arm played now: clear, it is re-probed at once, whatever the backoff;
   // congested, not at all (the probe would fail).
   RingProbeThresholds ring_probe;
-  // On the ring, a link class's RTT median at or above the rules' congestion threshold for this
-  // many consecutive steps (after the window holds only the ring's samples), with the latest
+  // On the ring, a link class past the rules' congestion thresholds (its RTT median, or for the
+  // inter-host links the delivery rate at the drop fraction of its level) for this many
+  // consecutive steps (after the window holds only the ring's samples), with the latest
   // samples/s at or below link_change_fraction of the stint's level, is a phase change, often
   // before Page-Hinkley has enough readings. The reading corroborates it (RTT also rises with CPU
   // load on a shared host: rules_policy.h) and is the level trials are judged against: on
@@ -202,7 +204,7 @@ class BanditPolicy final : public Policy {
   // The link class that change was seen on (a Link; -1 none): Decision::link of the move it
   // makes, so the diagnosis names the link at the move as it does for the rules.
   int changed_link_ = -1;
-  // On the ring: the link class furthest over its RTT threshold (-1: none over it).
+  // On the ring: the link class furthest past its thresholds (-1: none past them).
   static int worstRingLink(const Features& f);
   // The change was seen with a flat topology's same-host links congested: re-explore the arms
   // that keep same-host gradients off TCP (hierarchical) first.

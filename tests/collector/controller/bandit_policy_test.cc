@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/collector/controller/rules_harness.h"
 #include "tests/collector/controller/synthetic.h"
 
 namespace bpftrain::collector::controller {
@@ -327,6 +328,38 @@ TEST(BanditPolicy, BetweenStepsAFarPastRingLinkStartsTheFirstTrial) {
     BanditPolicy p;
     EXPECT_FALSE(p.react(linkFeatures(Topology::kRing, 10, 10, 20e-3), ring, 0).change);
   }
+}
+
+// An uplink throttle that the ring's inter-host RTT does not show (BBR: 1.6-2.6 ms on netlab)
+// is a link change on the inter-host delivery rate, as for the rules, on the second step that
+// reads it: Page-Hinkley alone met it on the third reading of the drop (f30a: 1.5-1.79 s after
+// the onset, the rules 0.99 s), and the move names the link for the diagnosis. Without
+// delivery-rate samples (application-limited) Page-Hinkley still does.
+TEST(BanditPolicy, AnUplinkTheRingsRttDoesNotShowIsALinkChangeOnItsDeliveryRate) {
+  namespace rh = rules_harness;
+  auto firstAfterOnset = [](bool delivery) {
+    BanditPolicy p;
+    auto sw = rh::runOnArm(p, 40, [&](double t, const Arm& a) {
+      return rh::linkModel(t >= 30 ? rh::Phase::kUplinkHidden : rh::Phase::kClear, a, delivery);
+    });
+    for (const rh::Switch& s : sw)
+      std::printf("%s %.1f s: %s (%s: %s)\n", delivery ? "delivery" : "rtt only", s.t,
+                  armName(s.to).c_str(), s.reason.c_str(), s.detail.c_str());
+    auto it = std::find_if(sw.begin(), sw.end(), [](const rh::Switch& s) { return s.t >= 30; });
+    EXPECT_TRUE(it != sw.begin() && std::prev(it)->to.topology == Topology::kRing)
+        << "the clear phase ends on the ring";
+    return it == sw.end() ? rh::Switch{1e9, {}, "", "", -1} : *it;
+  };
+  const rh::Switch seen = firstAfterOnset(true);
+  EXPECT_EQ(seen.reason, "change_detected");
+  EXPECT_LT(seen.t, 30.51);
+  EXPECT_NE(seen.to.topology, Topology::kRing);
+  EXPECT_EQ(seen.link, int(Link::kOtherHost));
+  EXPECT_NE(seen.detail.find("ring link change"), std::string::npos) << seen.detail;
+  const rh::Switch by_drift = firstAfterOnset(false);
+  EXPECT_EQ(by_drift.reason, "change_detected");
+  EXPECT_GT(by_drift.t, seen.t);
+  EXPECT_NE(by_drift.detail.find("throughput change"), std::string::npos) << by_drift.detail;
 }
 
 // An arm that lost a trial is not exploited again at once on its older, better mean. In the

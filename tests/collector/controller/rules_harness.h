@@ -1,6 +1,7 @@
 // The rules policy's test harness: a policy driven step by step by synthetic job states, and a
 // topology-aware signal model per link class from what the probes measured on netlab. Shared by
-// the rules policy's test files (rules_policy_test.cc, rules_uplink_test.cc).
+// the rules policy's test files (rules_policy_test.cc, rules_uplink_test.cc) and the bandit's
+// tests of the same link signals (bandit_policy_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -21,11 +22,13 @@ struct Switch {
   double t;
   Arm to;
   std::string reason;
+  std::string detail;
+  int link;
 };
 
 // Drives the policy with one JobState per 500 ms step from `state(t, current arm)` (signals
 // that depend on the topology running); decisions apply at once.
-inline std::vector<Switch> runOnArm(RulesPolicy& p, double seconds,
+inline std::vector<Switch> runOnArm(Policy& p, double seconds,
                                     const std::function<JobState(double, const Arm&)>& state,
                                     Arm start = {}) {
   std::vector<Switch> out;
@@ -38,7 +41,7 @@ inline std::vector<Switch> runOnArm(RulesPolicy& p, double seconds,
     j.pinning = int(cur.pinning);
     Decision d = p.decide(ex.update(snapshotsOf(j), ns), cur, ns);
     if (d.change) {
-      out.push_back({t, d.to, std::string(d.reason)});
+      out.push_back({t, d.to, std::string(d.reason), d.detail, d.link});
       cur = d.to;
     }
   }
