@@ -17,6 +17,7 @@ BanditPolicy::BanditPolicy(BanditConfig config) : config_(std::move(config)) {
       config_.arms.push_back(Arm{t, PinMode::kNone});
   }
   stats_.resize(config_.arms.size());
+  retry_.reserve(config_.arms.size());
   tokens_ = config_.bank_steps;
   ring_probe_ = RingProbeJudge(config_.ring_probe);
   rise_ = ThroughputRise(config_.rise);
@@ -390,6 +391,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     if (better && mean < trial_->reference * (1 + config_.confirm_margin) &&
         trial_->n < 2 * trial_steps)
       return d;  // better, but not by enough to tell from noise yet
+    if (!slow) queueRetry(mean, better);
     if (!slow && better) {
       endTrial(true);  // the trial arm is the incumbent now
       return d;
@@ -419,6 +421,17 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   // twice that before a trial is judged against it, unless a change makes haste worth it.
   if (stint_obs_ < trial_steps && !changed) return d;
   return explore(size_t(cur), current, changed, change_why, settle_steps, trial_steps);
+}
+
+void BanditPolicy::queueRetry(double mean, bool kept) {
+  const Trial& t = *trial_;
+  // Not a re-probe of the way back (the timer and the ring probe re-visit it), nor a trial
+  // judged against an upper bound (a link change's reading).
+  if (config_.retry_margin <= 0 || t.retry || t.reprobe || t.upper_bound || t.reference <= 0)
+    return;
+  if (!kept || mean >= t.reference * (1 + config_.retry_margin)) return;
+  std::erase_if(retry_, [&](const Retry& r) { return r.loser == t.from; });
+  retry_.push_back(Retry{t.from, t.arm});
 }
 
 void BanditPolicy::rememberPhase(size_t cur, double reward) {
@@ -453,6 +466,7 @@ void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps, b
   rememberPhase(cur, f.samples_per_s);
   ++changes_detected_;
   reexploring_ = true;
+  retry_.clear();  // verdicts of the phase that ended
   same_host_congested_ = sameHostCongested(f, cur);
   probe_way_back_ = !rose && config_.arms[cur].topology != Topology::kHierarchical &&
                     (same_host_congested_ || !otherHostCongested(f));
@@ -554,6 +568,22 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
                          true, true);
     trial_->by_probe = probe_clear;
     return back;
+  }
+  // A close verdict's loser, re-tried once.
+  std::erase_if(retry_, [&](const Retry& r) { return r.winner != cur_arm; });
+  if (!retry_.empty() && !reexploring_ && reference_ready &&
+      steps_ - last_move_step_ >= config_.retry_steps &&
+      tokens_ >= std::min(cost, config_.bank_steps)) {
+    const size_t arm = retry_.front().loser;
+    retry_.erase(retry_.begin());
+    std::snprintf(buf, sizeof buf,
+                  "re-try %s (it lost a verdict within %.0f%%) against %s at %.1f samples/s; "
+                  "tokens %.2f",
+                  armName(config_.arms[arm]).c_str(), 100 * config_.retry_margin,
+                  armName(current).c_str(), level, tokens_);
+    d = move(arm, cur_arm, "explore", buf, true, false);
+    trial_->retry = true;
+    return d;
   }
   return d;
 }

@@ -97,6 +97,20 @@ struct BanditConfig {
   // against hierarchical's 532 right after the lift (within switch_margin), lost, and the phase
   // ran on halving-doubling at 0.9x the ring. 0 disables.
   double recall_tolerance = 0.08;
+  // A verdict closer than this (the winner's mean within this fraction of the loser's level) is
+  // within the readings' noise on a shared host (single readings +-15%): the arm that lost it is
+  // re-tried once, retry_steps window steps after the last move, when the trial won (the
+  // incumbent's level may have been a low streak; a close loss leaves the incumbent, which held
+  // its level), and only against the arm that won (another arm since: the verdict is moot). On
+  // netlab (f31a bandit r2) the ring's start-up readings averaged 503 samples/s (0.87x its phase
+  // mean), hierarchical's trial 566 over 4 readings (1.10x its mean) won, and the job ran
+  // hierarchical at 0.89x the ring through two clear phases: UCB's routine re-visit came 60 s later
+  // and chose halving-doubling. In clear-last a re-try of the ring read 533 against hierarchical's
+  // 539 and lost, at 1.19x. A re-try's own verdict is final, as are a re-probe's (the way back has
+  // its own timer) and those of trials judged against a link change's reading (an upper bound). 0
+  // disables.
+  double retry_margin = 0.10;
+  int retry_steps = 16;  // 8 s
   // Off the ring, the incumbent's samples/s (the 1 s window's, as the rules read it) rising over
   // its level since the stint began (throughput_rise.h) is a change: an uplink's lift shows on
   // hierarchical that way only, and Page-Hinkley, whose reference follows the readings, took
@@ -138,6 +152,7 @@ class BanditPolicy final : public Policy {
     bool paid;              // exploration (charged to the budget) rather than exploitation
     bool reprobe;           // a re-probe of the arm a change drove us from
     bool by_probe = false;  // that re-probe was made on the ring probe's clear verdict
+    bool retry = false;     // the re-try of a close verdict's loser (retry_margin)
     // The reference is an upper bound: the reading that corroborated a link change while the
     // incumbent's step was still slowing down. Matching it is enough.
     bool upper_bound = false;
@@ -217,6 +232,15 @@ class BanditPolicy final : public Policy {
   // verdict failed, unless the same-host links were seen congested: then the timer re-probes.
   bool probe_way_back_ = false;
   int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
+  // Arms that lost a verdict within retry_margin, to re-try once each against the arm that won
+  // it while that one runs, oldest first (one entry per loser; reserved for every arm: no
+  // allocation per step).
+  struct Retry {
+    size_t loser, winner;
+  };
+  std::vector<Retry> retry_;
+  // After a trial's verdict: its loser queued for a re-try when the verdict was that close.
+  void queueRetry(double mean, bool kept);
   ThroughputRise rise_;  // the incumbent's level since its stint began (or the last change)
   // A phase that a drop of its incumbent ended: the arms' estimates then, and that arm's level.
   struct Phase {
