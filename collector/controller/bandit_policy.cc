@@ -220,6 +220,8 @@ Decision BanditPolicy::move(size_t to, size_t cur, std::string_view reason, std:
                             bool paid, bool reprobe) {
   Decision d;
   last_move_step_ = steps_;
+  // A trial of an arm is its re-try too.
+  std::erase_if(retry_, [&](const Retry& r) { return r.loser == to; });
   d.change = true;
   d.to = config_.arms[to];
   d.reason = reason;
@@ -577,7 +579,7 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
     const size_t arm = retry_.front().loser;
     retry_.erase(retry_.begin());
     std::snprintf(buf, sizeof buf,
-                  "re-try %s (it lost a verdict within %.0f%%) against %s at %.1f samples/s; "
+                  "re-try %s (it lost a verdict by less than %.0f%%) against %s at %.1f samples/s; "
                   "tokens %.2f",
                   armName(config_.arms[arm]).c_str(), 100 * config_.retry_margin,
                   armName(current).c_str(), level, tokens_);

@@ -97,19 +97,18 @@ struct BanditConfig {
   // against hierarchical's 532 right after the lift (within switch_margin), lost, and the phase
   // ran on halving-doubling at 0.9x the ring. 0 disables.
   double recall_tolerance = 0.08;
-  // A verdict closer than this (the winner's mean within this fraction of the loser's level) is
-  // within the readings' noise on a shared host (single readings +-15%): the arm that lost it is
-  // re-tried once, retry_steps window steps after the last move, when the trial won (the
-  // incumbent's level may have been a low streak; a close loss leaves the incumbent, which held
-  // its level), and only against the arm that won (another arm since: the verdict is moot). On
-  // netlab (f31a bandit r2) the ring's start-up readings averaged 503 samples/s (0.87x its phase
-  // mean), hierarchical's trial 566 over 4 readings (1.10x its mean) won, and the job ran
-  // hierarchical at 0.89x the ring through two clear phases: UCB's routine re-visit came 60 s later
-  // and chose halving-doubling. In clear-last a re-try of the ring read 533 against hierarchical's
-  // 539 and lost, at 1.19x. A re-try's own verdict is final, as are a re-probe's (the way back has
-  // its own timer) and those of trials judged against a link change's reading (an upper bound). 0
-  // disables.
-  double retry_margin = 0.10;
+  // A trial won by less than this (its mean under 1 + retry_margin times the incumbent's level)
+  // may be the readings' noise on a shared host (single readings +-15%): the arm it beat is
+  // re-tried once, retry_steps window steps after the last move, while the winner runs (another
+  // arm since: the verdict is moot). On netlab (f31a bandit r2) the ring's start-up readings
+  // averaged 503 samples/s (0.87x its phase mean), hierarchical's trial read about 1.1x that over
+  // 2 readings (its readings in that stint 484-653, its phase mean 517) and won, and the job ran
+  // hierarchical at 0.89x the ring through two clear phases: UCB's routine re-visit came 60 s
+  // later and chose halving-doubling. A close loss is final (the incumbent held its level), as
+  // are a re-try's, a re-probe's (the way back has its own timer) and the verdicts of trials
+  // judged against a link change's reading (an upper bound). A true win by less than this costs
+  // one trial of the slower arm. 0 disables.
+  double retry_margin = 0.20;
   int retry_steps = 16;  // 8 s
   // Off the ring, the incumbent's samples/s (the 1 s window's, as the rules read it) rising over
   // its level since the stint began (throughput_rise.h) is a change: an uplink's lift shows on

@@ -179,8 +179,8 @@ TEST(BanditPolicy, TrainingStepsLongerThanAWindowStepStretchTrials) {
 
 // A start-up trial that wins by less than the readings' noise is re-tried once the other way.
 // f31a bandit r2: the ring's first readings averaged 503 samples/s (0.87x its level), so
-// hierarchical's 566 over 4 readings won (1.10x its level) and the job ran hierarchical at 0.89x
-// the ring through two clear phases. Here the ring reads 500 for its first 6 s, 580 after;
+// hierarchical's trial won at about 1.1x that and the job ran hierarchical at 0.89x the ring
+// through two clear phases. Here the ring reads 500 for its first 6 s, 580 after;
 // hierarchical 540, halving-doubling 520: the ring is back within 20 s and kept. Without the
 // re-try (retry_margin 0) the job stays on hierarchical past a minute.
 TEST(BanditPolicy, AStartUpWinWithinTheNoiseIsRetriedOnce) {
