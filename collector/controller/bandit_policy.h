@@ -97,19 +97,6 @@ struct BanditConfig {
   // against hierarchical's 532 right after the lift (within switch_margin), lost, and the phase
   // ran on halving-doubling at 0.9x the ring. 0 disables.
   double recall_tolerance = 0.08;
-  // A trial won by less than this (its mean under 1 + retry_margin times the incumbent's level)
-  // may be the readings' noise on a shared host (single readings +-15%): the arm it beat is
-  // re-tried once, retry_steps window steps after the last move, while the winner runs (another
-  // arm since: the verdict is moot). On netlab (f31a bandit r2) the ring's start-up readings
-  // averaged 503 samples/s (0.87x its phase mean), hierarchical's trial read about 1.1x that over
-  // 2 readings (its readings in that stint 484-653, its phase mean 517) and won, and the job ran
-  // hierarchical at 0.89x the ring through two clear phases: UCB's routine re-visit came 60 s
-  // later and chose halving-doubling. A close loss is final (the incumbent held its level), as
-  // are a re-try's, a re-probe's (the way back has its own timer) and the verdicts of trials
-  // judged against a link change's reading (an upper bound). A true win by less than this costs
-  // one trial of the slower arm. 0 disables.
-  double retry_margin = 0.20;
-  int retry_steps = 16;  // 8 s
   // Off the ring, the incumbent's samples/s (the 1 s window's, as the rules read it) rising over
   // its level since the stint began (throughput_rise.h) is a change: an uplink's lift shows on
   // hierarchical that way only, and Page-Hinkley, whose reference follows the readings, took
@@ -151,7 +138,6 @@ class BanditPolicy final : public Policy {
     bool paid;              // exploration (charged to the budget) rather than exploitation
     bool reprobe;           // a re-probe of the arm a change drove us from
     bool by_probe = false;  // that re-probe was made on the ring probe's clear verdict
-    bool retry = false;     // the re-try of a close verdict's loser (retry_margin)
     // The reference is an upper bound: the reading that corroborated a link change while the
     // incumbent's step was still slowing down. Matching it is enough.
     bool upper_bound = false;
@@ -173,6 +159,11 @@ class BanditPolicy final : public Policy {
   Decision explore(size_t cur, const Arm& current, bool changed, const char* change_why,
                    int settle_steps, int trial_steps);
   bool sameHostCongested(const Features& f, size_t cur) const;
+  // An untried arm left untried after a change on the same-host links (a flat topology would
+  // send over them; only the way back's re-probe of the origin tries one).
+  bool heldBack(size_t arm) const;
+  // Untried arms other than `cur` that the re-exploration would try.
+  bool untriedLeft(size_t cur) const;
   static bool otherHostCongested(const Features& f);
   void resetStint();
   double index(size_t arm, double total_n, double scale) const;
@@ -231,15 +222,6 @@ class BanditPolicy final : public Policy {
   // verdict failed, unless the same-host links were seen congested: then the timer re-probes.
   bool probe_way_back_ = false;
   int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
-  // Arms that lost a verdict within retry_margin, to re-try once each against the arm that won
-  // it while that one runs, oldest first (one entry per loser; reserved for every arm: no
-  // allocation per step).
-  struct Retry {
-    size_t loser, winner;
-  };
-  std::vector<Retry> retry_;
-  // After a trial's verdict: its loser queued for a re-try when the verdict was that close.
-  void queueRetry(double mean, bool kept);
   ThroughputRise rise_;  // the incumbent's level since its stint began (or the last change)
   // A phase that a drop of its incumbent ended: the arms' estimates then, and that arm's level.
   struct Phase {

@@ -1,0 +1,210 @@
+// The bandit's phase changes (bandit_policy.h): what is seen as one on the incumbent
+// (Page-Hinkley on its reward; on the ring, a link class past the rules' thresholds, per window
+// step and between steps), which links were congested at it, and what a change resets and
+// remembers (the phases that come back).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <vector>
+
+#include "collector/controller/bandit_policy.h"
+#include "collector/controller/rules_policy.h"
+
+namespace bpftrain::collector::controller {
+
+// Two-sided Page-Hinkley on the reward relative to the stint's mean so far: alarms when the
+// cumulative deviation beyond the drift allowance exceeds lambda, either way.
+bool BanditPolicy::pageHinkley(double reward) {
+  bool alarm = false;
+  if (stint_obs_ > 0 && stint_mean_ > 0) {
+    double dev = reward / stint_mean_ - 1;
+    ph_up_ = std::max(0.0, ph_up_ + dev - config_.ph_delta);
+    ph_down_ = std::max(0.0, ph_down_ - dev - config_.ph_delta);
+    alarm = stint_obs_ >= config_.ph_min_samples &&
+            (ph_up_ > config_.ph_lambda || ph_down_ > config_.ph_lambda);
+  }
+  ++stint_obs_;
+  stint_mean_ += (reward - stint_mean_) / stint_obs_;
+  return alarm;
+}
+
+// How far a ring link class is past the rules' congestion thresholds (1: at them): its RTT
+// median against the class's threshold, and for the inter-host links their delivery rate's
+// drop below the ring's own level (kDeliveryDropFraction / ratio), since BBR keeps a throttled
+// uplink's RTT low: on netlab's uplink phase the ring's inter-host RTT median stayed at
+// 1.6-2.6 ms while the delivery rate read 0.04-0.05x its level (rules_config.h), and the bandit,
+// reading the RTT only, met the onset by Page-Hinkley 1.5-1.79 s in (f30a) where the rules took
+// 0.99 s. The ring carries every link class's traffic in equal chunks, so these show a
+// congested link directly (diagnosis.h); other topologies load links with their own pattern
+// (hierarchical's same-host sockets carry small control messages at 6-18 ms) and are not judged.
+static double ringLinkExcess(const LinkSignals& ls, Link l) {
+  static const RulesConfig kRules;
+  if (!ls.seen) return 0;
+  const double rtt_high =
+      l == Link::kSameHost ? kRules.same_host_rtt_p50_high_s : kRules.other_host_rtt_p50_high_s;
+  const double delivery = l == Link::kOtherHost && ls.delivery_ratio > 0
+                              ? kRules.delivery_drop_fraction / ls.delivery_ratio
+                              : 0;
+  return std::max(ls.rtt_p50_s / rtt_high, delivery);
+}
+
+// A change only once the stint's links were seen clear: a ring re-visited while the congestion
+// lasts is no news. The first window steps of a stint still hold the previous topology's
+// samples (1 s window).
+bool BanditPolicy::linkChange(const Features& f, size_t cur) {
+  if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
+      !f.has_links || stint_steps_ < 3)
+    return false;
+  if (worstRingLink(f) < 0) {
+    link_steps_ = 0;
+    link_clear_ = true;
+    return false;
+  }
+  if (++link_steps_ < config_.link_change_steps || !link_clear_) return false;
+  if (!(f.samples_per_s > 0 && f.samples_per_s <= config_.link_change_fraction * stint_mean_))
+    return false;
+  link_clear_ = false;
+  return true;
+}
+
+int BanditPolicy::worstRingLink(const Features& f) {
+  int worst = -1;
+  double worst_excess = 1;
+  for (int l = 0; l < kLinkCount; ++l) {
+    const double excess = ringLinkExcess(f.links[l], Link(l));
+    if (excess < worst_excess) continue;
+    worst_excess = excess;
+    worst = l;
+  }
+  return worst;
+}
+
+// linkChange()'s fast form between steps: on the ring, a link class far past its threshold (the
+// rules' decisive_signal_factor) with the latest reading (the step in flight counted) at or below
+// the rules' congestion_throughput_fraction of `level`. Counts nothing per step.
+bool BanditPolicy::ringLinkFarPast(const Features& f, size_t cur, double level) const {
+  static const RulesConfig kRules;
+  if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
+      !f.has_links || stint_steps_ < 3 || level <= 0)
+    return false;
+  if (!(f.samples_per_s > 0 && f.samples_per_s <= kRules.congestion_throughput_fraction * level))
+    return false;
+  for (int l = 0; l < kLinkCount; ++l)
+    if (ringLinkExcess(f.links[l], Link(l)) >= kRules.decisive_signal_factor) return true;
+  return false;
+}
+
+Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
+  Decision d;
+  d.to = current;
+  const int cur = armIndex(current);
+  // On the ring without a trial: a change (the stint's links were seen clear). On a ring trial
+  // (a re-probe, usually), settling or not: the trial lost, against its reference (the window
+  // holds only the ring's samples after 3 window steps, ringLinkFarPast()).
+  const bool on_trial = trial_ && int(trial_->arm) == cur;
+  const bool far =
+      f.live() && cur >= 0 && cur == stint_arm_ && (!trial_ || on_trial) &&
+      (on_trial ? ringLinkFarPast(f, size_t(cur), trial_->reference)
+                : link_clear_ && stint_obs_ > 0 && ringLinkFarPast(f, size_t(cur), stint_mean_));
+  if (!far) {
+    react_looks_ = 0;
+    return d;
+  }
+  if (++react_looks_ < config_.react_looks) return d;
+  react_looks_ = 0;
+  char why[200];
+  if (on_trial) {
+    std::snprintf(why, sizeof why,
+                  "%s: ring link far past its threshold, latest samples/s %.0f against %s at "
+                  "%.1f: abandoned (between steps)",
+                  armName(current).c_str(), f.samples_per_s,
+                  armName(config_.arms[trial_->from]).c_str(), trial_->reference);
+    return backFromTrial(d, why);
+  }
+  std::snprintf(why, sizeof why,
+                "ring link far past its threshold, latest samples/s %.0f against %.0f (between "
+                "steps)",
+                f.samples_per_s, stint_mean_);
+  link_changed_ = true;
+  changed_link_ = worstRingLink(f);
+  const int settle_steps = config_.settle_steps * per_step_;
+  noteChange(f, size_t(cur), settle_steps);
+  return explore(size_t(cur), current, true, why, settle_steps, config_.trial_steps * per_step_);
+}
+
+// Ring and halving-doubling move same-host gradients over TCP (lo), hierarchical through
+// shared memory: a flat topology's same-host RTT over the rules' threshold names the arm to try
+// first (on netlab the throttled ring's same-host median was 9.6-24 ms, 1-3.5 ms clear).
+bool BanditPolicy::sameHostCongested(const Features& f, size_t cur) const {
+  static const RulesConfig kRules;
+  const LinkSignals& ls = f.links[int(Link::kSameHost)];
+  return config_.arms[cur].topology != Topology::kHierarchical && f.has_links && ls.seen &&
+         stint_steps_ >= 3 && ls.rtt_p50_s >= kRules.same_host_rtt_p50_high_s;
+}
+
+// The inter-host links past the rules' thresholds: the RTT median, or the delivery rate at its
+// drop fraction of the running topology's level (BBR keeps an uplink's RTT low).
+bool BanditPolicy::otherHostCongested(const Features& f) {
+  static const RulesConfig kRules;
+  const LinkSignals& ls = f.links[int(Link::kOtherHost)];
+  return f.has_links && ls.seen &&
+         (ls.rtt_p50_s >= kRules.other_host_rtt_p50_high_s ||
+          (ls.delivery_ratio > 0 && ls.delivery_ratio <= kRules.delivery_drop_fraction));
+}
+
+void BanditPolicy::rememberPhase(size_t cur, double reward) {
+  const double level = meanReward(cur);
+  if (config_.recall_tolerance <= 0 || level <= 0 || reward <= 0 ||
+      reward >= (1 - config_.recall_tolerance) * level)
+    return;  // not a drop: the phase before was no better for this arm
+  // One entry per arm and level: the same phase seen again replaces its older estimates.
+  std::erase_if(phases_, [&](const Phase& p) {
+    return p.arm == cur && std::abs(p.level / level - 1) <= config_.recall_tolerance;
+  });
+  if (phases_.size() == kPhaseMemory) phases_.erase(phases_.begin());
+  phases_.push_back(Phase{cur, level, stats_});
+}
+
+bool BanditPolicy::recallPhase(size_t arm, double level) {
+  for (auto it = phases_.rbegin(); it != phases_.rend(); ++it) {
+    if (it->arm != arm || std::abs(level / it->level - 1) > config_.recall_tolerance) continue;
+    stats_ = it->stats;
+    for (ArmStats& s : stats_)
+      if (s.n > 0) s.last_step = steps_;  // current again, not stale
+    phases_.erase(std::next(it).base());
+    ++phases_recalled_;
+    return true;
+  }
+  return false;
+}
+
+void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps, bool rose) {
+  // The phase changed: what we know about the other arms is from the old phase; this arm's
+  // level is the latest reading.
+  rememberPhase(cur, f.samples_per_s);
+  ++changes_detected_;
+  reexploring_ = true;
+  // A rise is a congestion lifting: the same-host links may still read congested in the window
+  // (f31b bandit r0: the lift of lo seen on halving-doubling held the ring back as a flat arm on
+  // congested links, and clear-again ran hierarchical at 0.8x the ring).
+  same_host_congested_ = !rose && sameHostCongested(f, cur);
+  probe_way_back_ = !rose && config_.arms[cur].topology != Topology::kHierarchical &&
+                    (same_host_congested_ || !otherHostCongested(f));
+  // The way back is re-probed after a drop only. After a rise (an uplink lifting under
+  // hierarchical) the arm it leaves is the higher rung: f29a's two bandit runs re-probed
+  // hierarchical 8 s into clear-last, where it ran 0.75x the ring, once each.
+  origin_arm_ = rose ? -1 : int(cur);
+  reprobe_ = config_.reprobe_steps;
+  const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
+  for (ArmStats& s : stats_) s = ArmStats{};
+  resetStint();
+  rise_.restart(f.now_ns);
+  stint_steps_ = settle_steps + 1;
+  if (level > 0) {
+    observe(cur, level);
+    pageHinkley(level);
+  }
+}
+
+}  // namespace bpftrain::collector::controller
