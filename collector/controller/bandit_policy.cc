@@ -243,6 +243,16 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       reexploring_ = false;
       return d;
     }
+    // A re-probe of the ring on the ring probe's clear verdict is judged as the rules judge
+    // their step down on it: by the links, kept unless slow or its own links read congested.
+    // The ring's first readings after hierarchical run low: in f31c's clear-again such
+    // re-probes read 398-407 samples/s against hierarchical's 416-461 over 2-3 readings, lost,
+    // and the ring came 8-17 s after the lift (its steady level 500-580).
+    if (!slow && trial_->by_probe && config_.arms[trial_->arm].topology == Topology::kRing &&
+        f.has_links && worstRingLink(f) < 0) {
+      endTrial(true);
+      return d;
+    }
     const bool better =
         mean >= trial_->reference * (trial_->upper_bound ? 1 : 1 + config_.switch_margin);
     if (better && mean < trial_->reference * (1 + config_.confirm_margin) &&
