@@ -29,16 +29,18 @@ bool BanditPolicy::pageHinkley(double reward) {
   return alarm;
 }
 
-// How far a ring link class is past the rules' congestion thresholds (1: at them): its RTT
-// median against the class's threshold, and for the inter-host links their delivery rate's
-// drop below the ring's own level (kDeliveryDropFraction / ratio), since BBR keeps a throttled
+// How far a link class is past the rules' congestion thresholds (1: at them): its RTT median
+// against the class's threshold, and for the inter-host links their delivery rate's drop below
+// the running topology's own level (kDeliveryDropFraction / ratio), since BBR keeps a throttled
 // uplink's RTT low: on netlab's uplink phase the ring's inter-host RTT median stayed at
 // 1.6-2.6 ms while the delivery rate read 0.04-0.05x its level (rules_config.h), and the bandit,
 // reading the RTT only, met the onset by Page-Hinkley 1.5-1.79 s in (f30a) where the rules took
 // 0.99 s. The ring carries every link class's traffic in equal chunks, so these show a
 // congested link directly (diagnosis.h); other topologies load links with their own pattern
-// (hierarchical's same-host sockets carry small control messages at 6-18 ms) and are not judged.
-static double ringLinkExcess(const LinkSignals& ls, Link l) {
+// (hierarchical's same-host sockets carry small control messages at 6-18 ms), so the ring-link
+// tests below read it on the ring only, and the class tests at a change on the classes that
+// topology's traffic crosses.
+static double linkExcess(const LinkSignals& ls, Link l) {
   static const RulesConfig kRules;
   if (!ls.seen) return 0;
   const double rtt_high =
@@ -72,7 +74,7 @@ int BanditPolicy::worstRingLink(const Features& f) {
   int worst = -1;
   double worst_excess = 1;
   for (int l = 0; l < kLinkCount; ++l) {
-    const double excess = ringLinkExcess(f.links[l], Link(l));
+    const double excess = linkExcess(f.links[l], Link(l));
     if (excess < worst_excess) continue;
     worst_excess = excess;
     worst = l;
@@ -91,7 +93,7 @@ bool BanditPolicy::ringLinkFarPast(const Features& f, size_t cur, double level) 
   if (!(f.samples_per_s > 0 && f.samples_per_s <= kRules.congestion_throughput_fraction * level))
     return false;
   for (int l = 0; l < kLinkCount; ++l)
-    if (ringLinkExcess(f.links[l], Link(l)) >= kRules.decisive_signal_factor) return true;
+    if (linkExcess(f.links[l], Link(l)) >= kRules.decisive_signal_factor) return true;
   return false;
 }
 
@@ -137,20 +139,14 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
 // shared memory: a flat topology's same-host RTT over the rules' threshold names the arm to try
 // first (on netlab the throttled ring's same-host median was 9.6-24 ms, 1-3.5 ms clear).
 bool BanditPolicy::sameHostCongested(const Features& f, size_t cur) const {
-  static const RulesConfig kRules;
-  const LinkSignals& ls = f.links[int(Link::kSameHost)];
-  return config_.arms[cur].topology != Topology::kHierarchical && f.has_links && ls.seen &&
-         stint_steps_ >= 3 && ls.rtt_p50_s >= kRules.same_host_rtt_p50_high_s;
+  return config_.arms[cur].topology != Topology::kHierarchical && f.has_links &&
+         stint_steps_ >= 3 && linkExcess(f.links[int(Link::kSameHost)], Link::kSameHost) >= 1;
 }
 
 // The inter-host links past the rules' thresholds: the RTT median, or the delivery rate at its
 // drop fraction of the running topology's level (BBR keeps an uplink's RTT low).
 bool BanditPolicy::otherHostCongested(const Features& f) {
-  static const RulesConfig kRules;
-  const LinkSignals& ls = f.links[int(Link::kOtherHost)];
-  return f.has_links && ls.seen &&
-         (ls.rtt_p50_s >= kRules.other_host_rtt_p50_high_s ||
-          (ls.delivery_ratio > 0 && ls.delivery_ratio <= kRules.delivery_drop_fraction));
+  return f.has_links && linkExcess(f.links[int(Link::kOtherHost)], Link::kOtherHost) >= 1;
 }
 
 void BanditPolicy::rememberPhase(size_t cur, double reward) {

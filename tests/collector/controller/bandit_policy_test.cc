@@ -363,8 +363,8 @@ TEST(BanditPolicy, AnUplinkTheRingsRttDoesNotShowIsALinkChangeOnItsDeliveryRate)
 }
 
 // Drives the bandit with linkFeatures() from `sps(topology, step)` and the same-host RTT median
-// `rtt(topology, step)` a flat topology's links read; returns the topology run at each step and
-// the decisions.
+// `rtt(topology, step)` a flat topology's links read (and the training step time, when given);
+// prints the decisions and returns them with the topology run at each step.
 struct LinkRun {
   std::vector<Topology> on;
   std::vector<std::pair<int, Decision>> decisions;
@@ -381,6 +381,8 @@ LinkRun runLinks(BanditPolicy& p, Arm cur, int steps,
     if (step_s) f.step_p50_s = f.step_p99_s = step_s(cur.topology, i);
     Decision d = p.decide(f, cur, i * kStepNs);
     if (!d.change) continue;
+    std::printf("%d: %s (%s: %s)\n", i, armName(d.to).c_str(), std::string(d.reason).c_str(),
+                d.detail.c_str());
     out.decisions.emplace_back(i, d);
     cur = d.to;
   }
@@ -410,11 +412,8 @@ TEST(BanditPolicy, TheReexplorationTriesItsUntriedArmsBeforeExploitingAKnownOne)
   BanditPolicy p;
   LinkRun r = runLinks(p, Arm{Topology::kHalvingDoubling, PinMode::kNone}, 90, sps, rtt, step_s);
   int exploits = 0, on_hier = -1;
-  for (const auto& [i, d] : r.decisions) {
-    std::printf("%d: %s (%s: %s)\n", i, armName(d.to).c_str(), std::string(d.reason).c_str(),
-                d.detail.c_str());
+  for (const auto& [i, d] : r.decisions)
     if (i >= kRise && d.reason == "exploit" && d.to.topology == Topology::kRing) ++exploits;
-  }
   for (int i = kThrottle; i < 90 && on_hier < 0; ++i)
     if (r.on[size_t(i)] == Topology::kHierarchical) on_hier = i;
   ASSERT_EQ(r.on[size_t(kRise) - 1], Topology::kHalvingDoubling) << "the incumbent before the rise";
@@ -442,9 +441,6 @@ TEST(BanditPolicy, ALiftOnAFlatIncumbentLeavesTheOtherFlatArmsFree) {
   c.arms = {Arm{Topology::kRing, PinMode::kNone}, Arm{Topology::kHalvingDoubling, PinMode::kNone}};
   BanditPolicy p(c);
   LinkRun r = runLinks(p, Arm{Topology::kHalvingDoubling, PinMode::kNone}, 100, sps, rtt);
-  for (const auto& [i, d] : r.decisions)
-    std::printf("%d: %s (%s: %s)\n", i, armName(d.to).c_str(), std::string(d.reason).c_str(),
-                d.detail.c_str());
   ASSERT_EQ(r.on[size_t(kLift) - 1], Topology::kHalvingDoubling);
   int ring = 0;
   for (int i = kLift + 20; i < 100; ++i) ring += r.on[size_t(i)] == Topology::kRing;
