@@ -63,6 +63,7 @@ void BanditPolicy::observe(size_t arm, double reward) {
 void BanditPolicy::resetStint() {
   stint_steps_ = 0;
   stint_obs_ = 0;
+  resumed_obs_ = 0;
   stint_mean_ = 0;
   ph_up_ = ph_down_ = 0;
   link_steps_ = 0;
@@ -82,11 +83,13 @@ Decision BanditPolicy::move(size_t to, size_t cur, std::string_view reason, std:
   d.reason = reason;
   d.detail = std::move(detail);
   trial_ = Trial{to, cur, incumbentLevel(cur), paid, reprobe};
+  trial_->from_state = ChangeState{stint_mean_, stint_obs_, ph_up_, ph_down_, link_clear_};
   return d;
 }
 
 Decision BanditPolicy::backFromTrial(Decision d, const char* why) {
   const size_t back = trial_->from;
+  resume_.emplace(back, trial_->from_state);
   endTrial(false);
   last_move_step_ = steps_;
   d.change = true;
@@ -149,6 +152,16 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     // last played long ago is measured afresh.
     stint_arm_ = cur;
     resetStint();
+    if (resume_ && int(resume_->first) == cur) {
+      // Settling and the link window start afresh (they follow the switch), the rest goes on.
+      const ChangeState& s = resume_->second;
+      stint_mean_ = s.mean;
+      stint_obs_ = resumed_obs_ = s.obs;
+      ph_up_ = s.ph_up;
+      ph_down_ = s.ph_down;
+      link_clear_ = s.link_clear;
+    }
+    resume_.reset();
     rise_.restart(now_ns);
     if (cur >= 0 && stats_[cur].last_step >= 0 &&
         steps_ - stats_[cur].last_step > config_.stale_steps)
@@ -279,10 +292,11 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   // trial abandoned between steps, and never tried hierarchical (490), untried since the change.
   size_t best = bestArm();
   const double level = incumbentLevel(size_t(cur));
-  if (stint_obs_ > 0 && best < stats_.size() && best != size_t(cur) &&
+  const int dwell = stint_obs_ - resumed_obs_;
+  if (dwell > 0 && best < stats_.size() && best != size_t(cur) &&
       !(reexploring_ && untriedLeft(size_t(cur))) &&
       meanReward(best) > level * (1 + config_.confirm_margin) &&
-      (stint_obs_ >= trial_steps || level <= config_.abandon_fraction * meanReward(best))) {
+      (dwell >= trial_steps || level <= config_.abandon_fraction * meanReward(best))) {
     std::snprintf(buf, sizeof buf, "%s at %.1f samples/s beats %s at %.1f",
                   armName(config_.arms[best]).c_str(), meanReward(best), armName(current).c_str(),
                   level);
@@ -290,7 +304,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   }
   // Every stint is measured for trial_steps before anything moves (the minimum dwell), and
   // twice that before a trial is judged against it, unless a change makes haste worth it.
-  if (stint_obs_ < trial_steps && !changed) return d;
+  if (dwell < trial_steps && !changed) return d;
   return explore(size_t(cur), current, changed, change_why, settle_steps, trial_steps);
 }
 
@@ -344,7 +358,7 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
   // the reserve; routine re-visits of known arms wait for a full bank and revisit_steps.
   const bool untried = std::isinf(candidate_index);
   if (!untried) reexploring_ = false;
-  const bool reference_ready = reexploring_ || stint_obs_ >= 2 * trial_steps;
+  const bool reference_ready = reexploring_ || stint_obs_ - resumed_obs_ >= 2 * trial_steps;
   // After a change a trial may start on what its first verdict costs (settling and one
   // reading): a slow arm ends there, and in a slow phase's long steps (1.4-2 s throttled) a
   // whole trial's price would leave the next arm untried.

@@ -10,15 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/collector/controller/bandit_links.h"
 #include "tests/collector/controller/rules_harness.h"
 #include "tests/collector/controller/synthetic.h"
 
 namespace bpftrain::collector::controller {
 namespace {
 
-using namespace testing;
-
-constexpr int64_t kStepNs = 500'000'000;
+using namespace bandit_links;  // and synthetic.h's testing
 
 // A synthetic job whose samples/s depends on the arm and the phase, with ±noise.
 struct Env {
@@ -242,27 +241,6 @@ TEST(BanditPolicy, UnknownCurrentConfigurationMovesToAnArm) {
   EXPECT_EQ(d.to, (Arm{Topology::kRing, PinMode::kCompact}));
 }
 
-// Features of a ring/hierarchical/halving-doubling job with its same-host links' RTT median.
-Features linkFeatures(Topology t, double latest, double window, double same_host_rtt_s) {
-  Features f;
-  f.job = "j";
-  f.has_steps = f.has_transport = f.has_links = true;
-  f.ranks = 4;
-  f.topology = t;
-  f.pinning = PinMode::kNone;
-  f.step_p50_s = f.step_p99_s = 0.4;
-  f.allreduce_share = 0.5;
-  f.samples_per_s = latest;
-  f.samples_per_s_window = window;
-  LinkSignals& sh = f.links[int(Link::kSameHost)];
-  sh.seen = true;
-  sh.samples = 500;
-  sh.rtt_p50_s = same_host_rtt_s;
-  sh.rtt_p99_s = same_host_rtt_s * 2;
-  sh.rtt_jitter_s = 0.01;
-  return f;
-}
-
 // Between window steps (react()) the bandit sees what the rules see: a ring link far past its
 // threshold (1.5x) with the latest reading at or below 0.7x the stint's level, on two looks,
 // is a change at once, and the first trial goes to hierarchical (same-host links congested)
@@ -362,33 +340,6 @@ TEST(BanditPolicy, AnUplinkTheRingsRttDoesNotShowIsALinkChangeOnItsDeliveryRate)
   EXPECT_NE(by_drift.detail.find("throughput change"), std::string::npos) << by_drift.detail;
 }
 
-// Drives the bandit with linkFeatures() from `sps(topology, step)` and the same-host RTT median
-// `rtt(topology, step)` a flat topology's links read (and the training step time, when given);
-// prints the decisions and returns them with the topology run at each step.
-struct LinkRun {
-  std::vector<Topology> on;
-  std::vector<std::pair<int, Decision>> decisions;
-};
-LinkRun runLinks(BanditPolicy& p, Arm cur, int steps,
-                 const std::function<double(Topology, int)>& sps,
-                 const std::function<double(Topology, int)>& rtt,
-                 const std::function<double(Topology, int)>& step_s = nullptr) {
-  LinkRun out;
-  for (int i = 0; i < steps; ++i) {
-    out.on.push_back(cur.topology);
-    const double v = sps(cur.topology, i);
-    Features f = linkFeatures(cur.topology, v, v, rtt(cur.topology, i));
-    if (step_s) f.step_p50_s = f.step_p99_s = step_s(cur.topology, i);
-    Decision d = p.decide(f, cur, i * kStepNs);
-    if (!d.change) continue;
-    std::printf("%d: %s (%s: %s)\n", i, armName(d.to).c_str(), std::string(d.reason).c_str(),
-                d.detail.c_str());
-    out.decisions.emplace_back(i, d);
-    cur = d.to;
-  }
-  return out;
-}
-
 // f31b bandit r0: a false rise of halving-doubling (the incumbent) just before lo was throttled
 // started a re-exploration; its first trial, the ring, was abandoned at 240 samples/s, and the
 // ring's one reading then beat halving-doubling's throttled 142-172: exploited three times, each
@@ -445,77 +396,6 @@ TEST(BanditPolicy, ALiftOnAFlatIncumbentLeavesTheOtherFlatArmsFree) {
   int ring = 0;
   for (int i = kLift + 20; i < 100; ++i) ring += r.on[size_t(i)] == Topology::kRing;
   EXPECT_GE(ring / 40.0, 0.9) << "the ring within 10 s of the lift, and kept";
-}
-
-// An arm that lost a trial is not exploited again at once on its older, better mean. In the
-// four-phase after-run (clear-again and uplink, load 7-9) the bandit alternated every 3-8 s:
-// "exploit: hierarchical at 268.9 samples/s beats ring at 244.4", the trial read 190 over 4
-// readings, back to the ring (probe_slower), and the discounted mean (0.99 a step, tens of
-// older readings) still held 260. Here hierarchical reads 280 once settled but 190 for its
-// first 6 window steps after each switch; the ring 245.
-TEST(BanditPolicy, AnArmThatLostATrialIsNotExploitedAgainOnItsOlderMean) {
-  BanditConfig c;
-  c.arms = {{Topology::kHierarchical, PinMode::kNone}, {Topology::kRing, PinMode::kNone}};
-  BanditPolicy p(c);
-  Arm cur{Topology::kHierarchical, PinMode::kNone};
-  int on_arm = 0, exploits = 0;
-  std::vector<std::string> log;
-  for (int i = 0; i < 200; ++i) {  // 100 s
-    const bool hier = cur.topology == Topology::kHierarchical;
-    const double sps = hier ? (on_arm < 6 && i > 10 ? 190 : 280) : 245;
-    Features f = linkFeatures(cur.topology, sps, sps, 1.5e-3);
-    // Hierarchical's first 40 s: its mean builds up; then the ring is forced on it (as the
-    // re-probe that wins does).
-    if (i == 80) {
-      cur = Arm{Topology::kRing, PinMode::kNone};
-      on_arm = 0;
-      continue;
-    }
-    Decision d = p.decide(f, cur, int64_t(i) * kStepNs);
-    ++on_arm;
-    if (!d.change) continue;
-    log.push_back(std::to_string(i) + " " + armName(d.to) + " " + std::string(d.reason) + ": " +
-                  d.detail);
-    if (i > 80 && d.reason == "exploit") ++exploits;
-    cur = d.to;
-    on_arm = 0;
-  }
-  std::string all;
-  for (const std::string& l : log) all += l + "\n";
-  EXPECT_LE(exploits, 1) << all;
-}
-
-// A ring trial (here start-up's, in the field usually the re-probe) that meets a congested link
-// ends between steps as soon as the window holds only the ring's samples, without waiting for
-// its settling step (a throttled step is 1.3-1.9 s): on a far-past ring link with the latest
-// reading at or below 0.7x the trial's reference, on two looks.
-TEST(BanditPolicy, BetweenStepsAFarPastRingLinkEndsARingTrial) {
-  auto feat = [](Topology t, double sps, double rtt) {
-    Features f = linkFeatures(t, sps, sps, rtt);
-    f.step_p50_s = 1.2;  // slow steps: settling and trials last 3 window steps per reading
-    return f;
-  };
-  BanditPolicy p;
-  Arm cur{Topology::kHierarchical, PinMode::kNone};
-  int64_t ns = 0;
-  Decision d;
-  for (int i = 0; i < 60 && !d.change; ++i, ns += kStepNs)
-    d = p.decide(feat(cur.topology, 300, 12e-3), cur, ns);
-  ASSERT_TRUE(d.change);
-  ASSERT_EQ(d.to.topology, Topology::kRing) << d.detail;  // the first untried arm
-  cur = d.to;
-  // The ring runs, throttled; its first window steps settle.
-  for (int i = 0; i < 3; ++i, ns += kStepNs)
-    ASSERT_FALSE(p.decide(feat(Topology::kRing, 90, 10e-3), cur, ns).change);
-  // A clear link is no verdict between steps; a far-past one on two looks is.
-  EXPECT_FALSE(p.react(feat(Topology::kRing, 90, 1.5e-3), cur, ns + 100'000'000).change);
-  EXPECT_FALSE(p.react(feat(Topology::kRing, 90, 10e-3), cur, ns + 200'000'000).change);
-  d = p.react(feat(Topology::kRing, 90, 10e-3), cur, ns + 300'000'000);
-  ASSERT_TRUE(d.change);
-  EXPECT_EQ(d.to.topology, Topology::kHierarchical);
-  EXPECT_EQ(d.reason, "probe_slower");
-  EXPECT_NE(d.detail.find("between steps"), std::string::npos) << d.detail;
-  EXPECT_EQ(p.trialsAbandoned(), 1);
 }
 
 }  // namespace

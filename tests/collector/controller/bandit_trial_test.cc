@@ -1,0 +1,125 @@
+// The bandit's trials (bandit_policy.h): what a lost trial leaves of the arms' estimates and of
+// the incumbent's change detection, and how a ring trial that meets a congested link ends.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "collector/controller/bandit_policy.h"
+#include "tests/collector/controller/bandit_links.h"
+#include "tests/collector/controller/rules_harness.h"
+
+namespace bpftrain::collector::controller {
+namespace {
+
+using namespace bandit_links;
+
+// An uplink throttled as a trial begins: the trial (here a routine re-visit of hierarchical or
+// halving-doubling, in the uplink e2e test an exploit of hierarchical's start-up mean) reads
+// the throttle, is abandoned against the ring's clear level, and the ring, back, must still see
+// the change against its level before the trial. In 1 of 7 e2e runs it did not: its stint began
+// afresh on the throttled readings (no drop for Page-Hinkley) with its links never seen clear
+// (no link change), and the job ran the throttled ring through the phase.
+TEST(BanditPolicy, AnOnsetDuringALostTrialIsSeenOnTheIncumbentItReturnsTo) {
+  namespace rh = rules_harness;
+  BanditPolicy p;
+  double onset = -1;
+  auto sw = rh::runOnArm(p, 150, [&](double t, const Arm& a) {
+    // The onset comes with the first move off the ring after start-up.
+    if (onset < 0 && t >= 30 && a.topology != Topology::kRing) onset = t;
+    return rh::linkModel(onset >= 0 ? rh::Phase::kUplinkHidden : rh::Phase::kClear, a, true);
+  });
+  std::string all;
+  for (const rh::Switch& s : sw)
+    all += std::to_string(s.t) + " " + armName(s.to) + " (" + s.reason + ": " + s.detail + ")\n";
+  std::printf("%s", all.c_str());
+  ASSERT_GE(onset, 0) << "no trial after start-up\n" << all;
+  // The trial's end (back to the ring), then off the ring again on the change.
+  auto back = std::find_if(sw.begin(), sw.end(), [&](const rh::Switch& s) {
+    return s.t >= onset && s.to.topology == Topology::kRing;
+  });
+  ASSERT_TRUE(back != sw.end()) << "the trial was kept\n" << all;
+  EXPECT_EQ(back->reason, "probe_slower") << all;
+  ASSERT_TRUE(std::next(back) != sw.end()) << "the throttled ring kept\n" << all;
+  EXPECT_EQ(std::next(back)->reason, "change_detected") << all;
+  EXPECT_LE(std::next(back)->t - onset, 3.0) << all;
+  EXPECT_GE(p.changesDetected(), 1);
+}
+
+// An arm that lost a trial is not exploited again at once on its older, better mean. In the
+// four-phase after-run (clear-again and uplink, load 7-9) the bandit alternated every 3-8 s:
+// "exploit: hierarchical at 268.9 samples/s beats ring at 244.4", the trial read 190 over 4
+// readings, back to the ring (probe_slower), and the discounted mean (0.99 a step, tens of
+// older readings) still held 260. Here hierarchical reads 280 once settled but 190 for its
+// first 6 window steps after each switch; the ring 245.
+TEST(BanditPolicy, AnArmThatLostATrialIsNotExploitedAgainOnItsOlderMean) {
+  BanditConfig c;
+  c.arms = {{Topology::kHierarchical, PinMode::kNone}, {Topology::kRing, PinMode::kNone}};
+  BanditPolicy p(c);
+  Arm cur{Topology::kHierarchical, PinMode::kNone};
+  int on_arm = 0, exploits = 0;
+  std::vector<std::string> log;
+  for (int i = 0; i < 200; ++i) {  // 100 s
+    const bool hier = cur.topology == Topology::kHierarchical;
+    const double sps = hier ? (on_arm < 6 && i > 10 ? 190 : 280) : 245;
+    Features f = linkFeatures(cur.topology, sps, sps, 1.5e-3);
+    // Hierarchical's first 40 s: its mean builds up; then the ring is forced on it (as the
+    // re-probe that wins does).
+    if (i == 80) {
+      cur = Arm{Topology::kRing, PinMode::kNone};
+      on_arm = 0;
+      continue;
+    }
+    Decision d = p.decide(f, cur, int64_t(i) * kStepNs);
+    ++on_arm;
+    if (!d.change) continue;
+    log.push_back(std::to_string(i) + " " + armName(d.to) + " " + std::string(d.reason) + ": " +
+                  d.detail);
+    if (i > 80 && d.reason == "exploit") ++exploits;
+    cur = d.to;
+    on_arm = 0;
+  }
+  std::string all;
+  for (const std::string& l : log) all += l + "\n";
+  EXPECT_LE(exploits, 1) << all;
+}
+
+// A ring trial (here start-up's, in the field usually the re-probe) that meets a congested link
+// ends between steps as soon as the window holds only the ring's samples, without waiting for
+// its settling step (a throttled step is 1.3-1.9 s): on a far-past ring link with the latest
+// reading at or below 0.7x the trial's reference, on two looks.
+TEST(BanditPolicy, BetweenStepsAFarPastRingLinkEndsARingTrial) {
+  auto feat = [](Topology t, double sps, double rtt) {
+    Features f = linkFeatures(t, sps, sps, rtt);
+    f.step_p50_s = 1.2;  // slow steps: settling and trials last 3 window steps per reading
+    return f;
+  };
+  BanditPolicy p;
+  Arm cur{Topology::kHierarchical, PinMode::kNone};
+  int64_t ns = 0;
+  Decision d;
+  for (int i = 0; i < 60 && !d.change; ++i, ns += kStepNs)
+    d = p.decide(feat(cur.topology, 300, 12e-3), cur, ns);
+  ASSERT_TRUE(d.change);
+  ASSERT_EQ(d.to.topology, Topology::kRing) << d.detail;  // the first untried arm
+  cur = d.to;
+  // The ring runs, throttled; its first window steps settle.
+  for (int i = 0; i < 3; ++i, ns += kStepNs)
+    ASSERT_FALSE(p.decide(feat(Topology::kRing, 90, 10e-3), cur, ns).change);
+  // A clear link is no verdict between steps; a far-past one on two looks is.
+  EXPECT_FALSE(p.react(feat(Topology::kRing, 90, 1.5e-3), cur, ns + 100'000'000).change);
+  EXPECT_FALSE(p.react(feat(Topology::kRing, 90, 10e-3), cur, ns + 200'000'000).change);
+  d = p.react(feat(Topology::kRing, 90, 10e-3), cur, ns + 300'000'000);
+  ASSERT_TRUE(d.change);
+  EXPECT_EQ(d.to.topology, Topology::kHierarchical);
+  EXPECT_EQ(d.reason, "probe_slower");
+  EXPECT_NE(d.detail.find("between steps"), std::string::npos) << d.detail;
+  EXPECT_EQ(p.trialsAbandoned(), 1);
+}
+
+}  // namespace
+}  // namespace bpftrain::collector::controller
