@@ -206,7 +206,18 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       const bool rose = config_.rise.factor > 0 && !same_host_congested_ &&
                         config_.arms[size_t(cur)].topology != Topology::kRing &&
                         rise_.update(f.samples_per_s_window, now_ns);
-      if ((drift || rose) && steps_ <= config_.warmup_steps) {
+      if (steps_ == config_.warmup_steps + 1 && changes_detected_ == 0) {
+        // The end of start-up: the incumbent's level and Page-Hinkley's reference from here on
+        // (its links seen clear still count). Start-up trials are judged against it.
+        stats_[size_t(cur)] = ArmStats{};
+        observe(size_t(cur), reward);
+        const bool link_clear = link_clear_;
+        resetStint();
+        link_clear_ = link_clear;
+        stint_steps_ = settle_steps + 1;
+        pageHinkley(reward);
+        rise_.restart(now_ns);
+      } else if ((drift || rose) && steps_ <= config_.warmup_steps) {
         // Start-up (first steps, caches, buffers) is not a phase change: restart the test.
         resetStint();
         stint_steps_ = settle_steps + 1;
@@ -219,6 +230,12 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       }
     }
   }
+  // Start-up tries no arm while the job's level still rises (warmup_steps), unless a change
+  // came in it or the ring starts on congested links (nothing to wait for: a throttled ring
+  // runs at a third of hierarchical).
+  warming_up_ = steps_ <= config_.warmup_steps && changes_detected_ == 0 &&
+                !(config_.arms[size_t(cur)].topology == Topology::kRing && f.has_links &&
+                  stint_steps_ >= 3 && worstRingLink(f) >= 0);
   link_changed_ = false;
   if (!trial_ && !changed && linkChange(f, size_t(cur))) {
     changed = link_changed_ = true;
@@ -368,7 +385,7 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
                         : steps_ - last_move_step_ >= config_.revisit_steps
                             ? config_.bank_steps - 1e-9
                             : std::numeric_limits<double>::infinity();
-  if (reference_ready && candidate != best && size_t(cur) != candidate &&
+  if (!warming_up_ && reference_ready && candidate != best && size_t(cur) != candidate &&
       candidate_index > index(best, total_n, scale) && tokens_ >= needed) {
     if (untried)
       std::snprintf(buf, sizeof buf, "untried arm; %s at %.1f samples/s; tokens %.2f",
