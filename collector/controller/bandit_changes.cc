@@ -181,17 +181,33 @@ void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps, b
   rememberPhase(cur, f.samples_per_s);
   ++changes_detected_;
   reexploring_ = true;
-  // A rise is a congestion lifting: the same-host links may still read congested in the window
-  // (f31b bandit r0: the lift of lo seen on halving-doubling held the ring back as a flat arm on
-  // congested links, and clear-again ran hierarchical at 0.8x the ring).
-  same_host_congested_ = !rose && sameHostCongested(f, cur);
-  probe_way_back_ = !rose && config_.arms[cur].topology != Topology::kHierarchical &&
-                    (same_host_congested_ || !otherHostCongested(f));
-  // The way back is re-probed after a drop only. After a rise (an uplink lifting under
-  // hierarchical) the arm it leaves is the higher rung: f29a's two bandit runs re-probed
-  // hierarchical 8 s into clear-last, where it ran 0.75x the ring, once each.
-  origin_arm_ = rose ? -1 : int(cur);
-  reprobe_ = config_.reprobe_steps;
+  // A drop on the arm a change drove us to, or its recovery from one (a rise back to within the
+  // rise factor of its level before the drop), is not the end of what drove us from the origin:
+  // its way back, and the flat arms held back with it, stand. f32b bandit r0: a drop of
+  // hierarchical 16 s into the intra-host phase (366 samples/s against 418) made hierarchical
+  // the origin; the re-exploration tried the ring and halving-doubling on the congested links,
+  // and with no probe-judged way back clear-again ran hierarchical for 16 s, until its
+  // throughput rose.
+  const bool on_way = origin_arm_ >= 0 && origin_arm_ != int(cur);
+  const bool recovery =
+      rose && dip_level_ > 0 && f.samples_per_s <= dip_level_ * std::max(1.0, config_.rise.factor);
+  if (on_way && (!rose || recovery)) {
+    if (!rose) dip_level_ = meanReward(cur);
+    same_host_congested_ = same_host_congested_ || sameHostCongested(f, cur);
+  } else {
+    dip_level_ = 0;
+    // A rise is a congestion lifting: the same-host links may still read congested in the
+    // window (f31b bandit r0: the lift of lo seen on halving-doubling held the ring back as a
+    // flat arm on congested links, and clear-again ran hierarchical at 0.8x the ring).
+    same_host_congested_ = !rose && sameHostCongested(f, cur);
+    probe_way_back_ = !rose && config_.arms[cur].topology != Topology::kHierarchical &&
+                      (same_host_congested_ || !otherHostCongested(f));
+    // The way back is re-probed after a drop only. After a rise (an uplink lifting under
+    // hierarchical) the arm it leaves is the higher rung: f29a's two bandit runs re-probed
+    // hierarchical 8 s into clear-last, where it ran 0.75x the ring, once each.
+    origin_arm_ = rose ? -1 : int(cur);
+    reprobe_ = config_.reprobe_steps;
+  }
   const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
   for (ArmStats& s : stats_) s = ArmStats{};
   resetStint();

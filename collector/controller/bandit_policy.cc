@@ -103,7 +103,8 @@ void BanditPolicy::endTrial(bool kept) {
   if (!trial_) return;
   if (trial_->reprobe) {
     if (kept) {
-      origin_arm_ = -1;              // the way back was found
+      origin_arm_ = -1;  // the way back was found
+      dip_level_ = 0;
       same_host_congested_ = false;  // and the same-host links with it: flat arms are fair again
     } else {
       reprobe_ = std::min(2 * reprobe_, config_.max_reprobe_steps);
@@ -268,6 +269,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       endTrial(true);
       if (origin_arm_ == int(arm)) {
         origin_arm_ = -1;  // the way back was found
+        dip_level_ = 0;
         same_host_congested_ = false;
       }
       reexploring_ = false;
@@ -326,8 +328,13 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
 }
 
 bool BanditPolicy::heldBack(size_t arm) const {
-  return same_host_congested_ && config_.arms[arm].topology != Topology::kHierarchical &&
-         int(arm) != origin_arm_;
+  // The origin is re-tried by the way back only (the ring probe's verdict, or the timer); it is
+  // untried in a re-exploration only after a drop on the arm the change drove us to
+  // (noteChange()), which does not lift what drove us from it.
+  // The flat ones also while the ring probe reads the links they share congested.
+  if (int(arm) == origin_arm_) return true;
+  return (same_host_congested_ || ring_probe_verdict_ == RingProbeJudge::Verdict::kCongested) &&
+         config_.arms[arm].topology != Topology::kHierarchical;
 }
 
 bool BanditPolicy::untriedLeft(size_t cur) const {

@@ -174,8 +174,9 @@ class BanditPolicy final : public Policy {
   Decision explore(size_t cur, const Arm& current, bool changed, const char* change_why,
                    int settle_steps, int trial_steps);
   bool sameHostCongested(const Features& f, size_t cur) const;
-  // An untried arm left untried after a change on the same-host links (a flat topology would
-  // send over them; only the way back's re-probe of the origin tries one).
+  // An untried arm left untried after a change: the origin (its way back tries it), and after a
+  // change on the same-host links, or while the ring probe reads them congested, the flat
+  // topologies (they would send over those links).
   bool heldBack(size_t arm) const;
   // Untried arms other than `cur` that the re-exploration would try.
   bool untriedLeft(size_t cur) const;
@@ -248,6 +249,9 @@ class BanditPolicy final : public Policy {
   // 0.8-4.8x its clear level: RingProbeJudge). Cleared after a re-probe on the probe's clear
   // verdict failed, unless the same-host links were seen congested: then the timer re-probes.
   bool probe_way_back_ = false;
+  // The incumbent's level before a drop seen on the way back (noteChange()): a rise back to it
+  // is a recovery, not a lift. 0: none.
+  double dip_level_ = 0;
   int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
   ThroughputRise rise_;  // the incumbent's level since its stint began (or the last change)
   // A phase that a drop of its incumbent ended: the arms' estimates then, and that arm's level.

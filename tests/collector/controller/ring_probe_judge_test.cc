@@ -294,6 +294,30 @@ TEST(RingProbeWayBack, TheBanditTakesNoRiseOfHierarchicalForASameHostLift) {
   EXPECT_TRUE(back) << "the ring probe's way back at the lift";
 }
 
+// A drop of hierarchical during the same-host congestion (host noise: f32b bandit r0 read 366
+// samples/s against 418, 16 s into the intra-host phase) is a change, but not of the congestion
+// that drove the bandit from the ring: the flat arms stay held back (their trials would cross
+// the congested links) and the ring probe still brings the ring back at the lift. Before, the
+// drop made hierarchical the arm to come back to, the ring and halving-doubling were tried on
+// congested links, and the way back was the rise of hierarchical's throughput, 16 s after the
+// lift.
+TEST(RingProbeWayBack, ADropOfHierarchicalDuringTheCongestionKeepsTheWayBack) {
+  BanditPolicy p;
+  const auto moves =
+      intraHost(p, 90, 30, 70, true, 0.004, [](double t) { return t >= 45 && t < 48 ? 250 : 400; });
+  for (const Move& m : moves)
+    std::printf("%.1f s: %s (%s) %s\n", m.t, topologyName(m.to).data(), m.reason.c_str(),
+                m.detail.c_str());
+  EXPECT_GE(p.changesDetected(), 2) << "the onset and the drop";
+  for (const Move& m : moves)
+    EXPECT_FALSE(m.t >= 32 && m.t < 70) << m.t << " s: " << m.reason << ": " << m.detail;
+  auto back = std::find_if(moves.begin(), moves.end(), [](const Move& m) { return m.t >= 70; });
+  ASSERT_NE(back, moves.end());
+  EXPECT_EQ(back->to, Topology::kRing);
+  EXPECT_LE(back->t, 70.0 + 2 * 1.2 + 0.5);
+  EXPECT_NE(back->detail.find("ring probe"), std::string::npos) << back->detail;
+}
+
 // The same way back when the bandit had left halving-doubling (the clear phase's best here,
 // 1.12x the ring) at the onset: halving-doubling's same-host chunks cross the links the ring
 // probe reads, so its re-probe comes at the lift, not on the re-probe timer.
