@@ -191,7 +191,15 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   const char* change_why = "";
   if (stint_steps_ > settle_steps && f.samples_per_s > 0) {
     const double reward = f.samples_per_s;
-    observe(size_t(cur), reward);
+    // Back from a lost trial, the incumbent's readings over the minimum dwell before the next
+    // trial are no part of its level, that trial's reference (the level before the lost one
+    // is): the ring's first readings after another topology run low (f32c bandit r0: 581 and
+    // 513 samples/s after hierarchical's start-up trial, around 620 before it;
+    // halving-doubling's trial then read 1.05x the ring's 578 and was kept for the clear
+    // phase). Page-Hinkley still reads them, against the level before the trial: a change
+    // during the trial is seen.
+    const bool returning = resumed_obs_ > 0 && stint_obs_ - resumed_obs_ < 2 * trial_steps;
+    if (!returning) observe(size_t(cur), reward);
     if (trial_) {
       // A trial's readings are judged against the incumbent, never as a phase change.
       trial_->sum += reward;
@@ -275,13 +283,16 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       reexploring_ = false;
       return d;
     }
-    // A re-probe of the ring on the ring probe's clear verdict is judged as the rules judge
-    // their step down on it: by the links, kept unless slow or its own links read congested.
-    // The ring's first readings after hierarchical run low: in f31c's clear-again such
-    // re-probes read 398-407 samples/s against hierarchical's 416-461 over 2-3 readings, lost,
-    // and the ring came 8-17 s after the lift (its steady level 500-580).
-    if (!slow && trial_->by_probe && config_.arms[trial_->arm].topology == Topology::kRing &&
-        f.has_links && worstRingLink(f) < 0) {
+    // A re-probe of the ring on the ring probe's clear verdict, or the ring tried first after a
+    // lift, is judged as the rules judge their step down: by the links, kept unless slow or its
+    // own links read congested. The ring's first readings after hierarchical run low: in f31c's
+    // clear-again such re-probes read 398-407 samples/s against hierarchical's 416-461 over 2-3
+    // readings, lost, and the ring came 8-17 s after the lift (its steady level 500-580); in an
+    // uplink e2e run the ring tried on hierarchical's rise read 547 against its 568 and was not
+    // tried again (7% of the clear phase on the ring).
+    if (!slow && (trial_->by_probe || trial_->after_lift) &&
+        config_.arms[trial_->arm].topology == Topology::kRing && f.has_links &&
+        worstRingLink(f) < 0) {
       endTrial(true);
       return d;
     }
@@ -404,6 +415,7 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
     std::string detail = changed ? std::string(change_why) + " change; " + buf : buf;
     d = move(candidate, size_t(cur), changed ? "change_detected" : "explore", detail, true, false);
     trial_->upper_bound = changed && link_changed_;
+    trial_->after_lift = changed && origin_arm_ < 0 && last_change_rose_;
     if (changed && link_changed_) d.link = changed_link_;
     return d;
   }

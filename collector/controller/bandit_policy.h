@@ -148,10 +148,11 @@ class BanditPolicy final : public Policy {
   struct Trial {
     size_t arm;
     size_t from;
-    double reference;       // the incumbent's samples/s before the move
-    bool paid;              // exploration (charged to the budget) rather than exploitation
-    bool reprobe;           // a re-probe of the arm a change drove us from
-    bool by_probe = false;  // that re-probe was made on the ring probe's clear verdict
+    double reference;         // the incumbent's samples/s before the move
+    bool paid;                // exploration (charged to the budget) rather than exploitation
+    bool reprobe;             // a re-probe of the arm a change drove us from
+    bool by_probe = false;    // that re-probe was made on the ring probe's clear verdict
+    bool after_lift = false;  // the first trial after a change that raised the reward
     // The reference is an upper bound: the reading that corroborated a link change while the
     // incumbent's step was still slowing down. Matching it is enough.
     bool upper_bound = false;
@@ -252,7 +253,8 @@ class BanditPolicy final : public Policy {
   // The incumbent's level before a drop seen on the way back (noteChange()): a rise back to it
   // is a recovery, not a lift. 0: none.
   double dip_level_ = 0;
-  int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
+  bool last_change_rose_ = false;  // the last change raised the incumbent's reward (a lift)
+  int react_looks_ = 0;            // consecutive looks between steps that found ringLinkFarPast()
   ThroughputRise rise_;  // the incumbent's level since its stint began (or the last change)
   // A phase that a drop of its incumbent ended: the arms' estimates then, and that arm's level.
   struct Phase {
