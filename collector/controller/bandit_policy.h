@@ -65,7 +65,7 @@ struct BanditConfig {
   // afresh after it. On netlab the adaptive job's first 10 s ran 0.88x its level after them (the
   // collector starting beside it; the static ring's did not): f32a bandit r0 judged
   // halving-doubling's trial at 8-10 s, 1.05x the ring's 3-7 s readings, kept it, and ran the clear
-  // phase on it (static: 0.92x the ring).
+  // phase on it.
   int warmup_steps = 20;
   // The arm a change drove us from is re-probed after this long on another one, doubled per
   // failed probe up to the max (the rules' re-probe: a higher rung cannot show the congestion

@@ -21,13 +21,16 @@
 #include "tests/support/requirements.h"
 
 namespace bpftrain::collector::loader {
-namespace {
+
+// Not in an anonymous namespace: googletest needs the one fixture class in every file that uses
+// it (a class per translation unit reads as two fixtures of one name).
 
 using namespace std::chrono_literals;
 using tests::bpf::Child;
 using LabelMap = std::map<std::string, std::string>;
 
-bool matches(const window::SeriesSnapshot& s, const std::string& name, const LabelMap& want) {
+inline bool matches(const window::SeriesSnapshot& s, const std::string& name,
+                    const LabelMap& want) {
   if (s.name != name) return false;
   for (const auto& [k, v] : want) {
     auto it =
@@ -112,5 +115,4 @@ class ProbeServiceTest : public ::testing::Test {
   ingest::SenderRegistry registry_;
 };
 
-}  // namespace
 }  // namespace bpftrain::collector::loader
