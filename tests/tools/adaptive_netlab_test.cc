@@ -23,6 +23,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "tests/support/requirements.h"
 #include "tests/tools/netlab_util.h"
@@ -32,7 +33,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int kRing = 0, kHierarchical = 3;  // common/training_config.h's Topology
+constexpr int kRing = 0, kHalvingDoubling = 1,
+              kHierarchical = 3;  // common/training_config.h's Topology
 
 std::string buildDir() {
   const char* b = std::getenv("BPFTRAIN_BUILD_DIR");
@@ -50,21 +52,28 @@ struct AdaptiveRun {
   std::vector<nlohmann::json> decisions_log;
   std::string decisions_text;
 
-  // The first time at or after `from_ns` when every rank reported `topology`; 0 if never.
-  int64_t allOn(int topology, int64_t from_ns) const {
+  // The first time at or after `from_ns` when every rank reported one of `any` (the same one);
+  // 0 if never.
+  int64_t allOn(const std::vector<int>& any, int64_t from_ns) const {
     for (const auto& [t, all_on] : topologies)
-      if (t >= from_ns && all_on == topology) return t;
+      if (t >= from_ns && std::find(any.begin(), any.end(), all_on) != any.end()) return t;
     return 0;
   }
-  // The share of [from_ns, to_ns) during which every rank was on `topology`.
-  double shareAllOn(int topology, int64_t from_ns, int64_t to_ns) const {
+  int64_t allOn(int topology, int64_t from_ns) const {
+    return allOn(std::vector<int>{topology}, from_ns);
+  }
+  // The share of [from_ns, to_ns) during which every rank was on one of `any`.
+  double shareAllOn(const std::vector<int>& any, int64_t from_ns, int64_t to_ns) const {
     int64_t on = 0;
     for (size_t i = 0; i + 1 < topologies.size(); ++i) {
       const auto& [t, all_on] = topologies[i];
       const int64_t a = std::max(t, from_ns), b = std::min(topologies[i + 1].first, to_ns);
-      if (b > a && all_on == topology) on += b - a;
+      if (b > a && std::find(any.begin(), any.end(), all_on) != any.end()) on += b - a;
     }
     return to_ns > from_ns ? double(on) / double(to_ns - from_ns) : 0;
+  }
+  double shareAllOn(int topology, int64_t from_ns, int64_t to_ns) const {
+    return shareAllOn(std::vector<int>{topology}, from_ns, to_ns);
   }
   // Parameters bit-identical across the 4 ranks after the live switches.
   void expectIdenticalParameters() const {
@@ -218,11 +227,12 @@ TEST(AdaptiveNetlab, RulesSwitchToHierarchicalWhenIntraHostTrafficIsThrottled) {
 // five-phase.json's: with the onset at 15 s the bandit once (1 run in 7) exploited
 // hierarchical's start-up mean (not yet stale) as the onset began, its trial's first throttled
 // reading was abandoned, and back on the ring, whose stint never read its links clear, no link
-// change fired for the whole phase: a defect of the bandit this test does not cover (see the
-// issue's note). Measured on a quiet host (five-phase.json, f31a, 3 runs each):
-// every rank on hierarchical 0.65-1.0 s after the onset, the diagnosis in under 1 s, back on the
-// ring 1.3-1.6 s after the lift (a rise of hierarchical's samples/s; the re-probe timer, 8-16 s,
-// where the rise is not seen). The deadlines leave room for a loaded CI host.
+// change fired for the whole phase (fixed since, and covered by the unit test
+// AnOnsetDuringALostTrialIsSeenOnTheIncumbentItReturnsTo). Measured on a quiet host
+// (five-phase.json, f31a, 3 runs each): every rank on hierarchical 0.65-1.0 s after the onset, the
+// diagnosis in under 1 s, back on the ring 1.3-1.6 s after the lift (a rise of hierarchical's
+// samples/s; the re-probe timer, 8-16 s, where the rise is not seen). The deadlines leave room for
+// a loaded CI host.
 class AdaptiveNetlabUplink : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(AdaptiveNetlabUplink, HierarchicalAfterTheOnsetTheLinkDiagnosedAndTheRingAfterTheLift) {
@@ -253,24 +263,33 @@ TEST_P(AdaptiveNetlabUplink, HierarchicalAfterTheOnsetTheLinkDiagnosedAndTheRing
         j.value("cause", "") == "congested_link" && j.value("link", "").rfind("other_host", 0) == 0)
       diagnosed_ns = t;
   }
-  const int64_t back_ns = run.allOn(kRing, lift_ns);
+  // The way back is off hierarchical, the rung the uplink drove the job to: for the rules to the
+  // ring; for the bandit to a flat topology, the ring or halving-doubling, whichever it measures
+  // faster. The two are close in clear phases on these hosts (f32c r1: 631 samples/s against
+  // 637), and in a clean-clone CI rehearsal (this test alone on the host) the bandit kept
+  // halving-doubling at 684 against the ring's 591-613, leaving the ring 23% of the clear phase.
+  const bool bandit = policy == "bandit";
+  const std::vector<int> way_back =
+      bandit ? std::vector<int>{kRing, kHalvingDoubling} : std::vector<int>{kRing};
+  const int64_t back_ns = run.allOn(way_back, lift_ns);
   const double onset_s = double(all_hier_ns - onset_ns) * 1e-9;
   const double diagnosis_s = diagnosed_ns > 0 ? double(diagnosed_ns - onset_ns) * 1e-9 : -1;
   const double back_s = back_ns > 0 ? double(back_ns - lift_ns) * 1e-9 : -1;
   const double share_hier = run.shareAllOn(kHierarchical, all_hier_ns, lift_ns);
   const double share_ring =
-      back_ns > 0 ? run.shareAllOn(kRing, back_ns, run.topologies.back().first) : 0;
+      back_ns > 0 ? run.shareAllOn(way_back, back_ns, run.topologies.back().first) : 0;
   std::printf(
       "%s: onset -> every rank on hierarchical %.2f s (then %.0f%% of the phase there), "
-      "inter-host link diagnosed %.2f s; lift -> every rank on the ring %.2f s (then %.0f%% "
+      "inter-host link diagnosed %.2f s; lift -> every rank on %s %.2f s (then %.0f%% "
       "there)\n",
-      policy.c_str(), onset_s, 100 * share_hier, diagnosis_s, back_s, 100 * share_ring);
+      policy.c_str(), onset_s, 100 * share_hier, diagnosis_s,
+      bandit ? "a flat topology" : "the ring", back_s, 100 * share_ring);
   EXPECT_LE(onset_s, 6.0) << run.decisions_text;
   EXPECT_GT(diagnosed_ns, 0) << "the inter-host link never diagnosed:\n" << run.decisions_text;
   EXPECT_LE(diagnosis_s, 6.0) << run.decisions_text;
   // Re-probes of the ring and trials may leave hierarchical for a few seconds each.
   EXPECT_GE(share_hier, 0.6) << run.decisions_text;
-  EXPECT_GT(back_ns, 0) << "never back on the ring after the lift:\n" << run.decisions_text;
+  EXPECT_GT(back_ns, 0) << "never back after the lift:\n" << run.decisions_text;
   EXPECT_LE(back_s, 20.0) << run.decisions_text;
   EXPECT_GE(share_ring, 0.7) << run.decisions_text;
   run.expectIdenticalParameters();
