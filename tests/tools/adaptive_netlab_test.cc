@@ -253,8 +253,18 @@ TEST_P(AdaptiveNetlabUplink, HierarchicalAfterTheOnsetTheLinkDiagnosedAndTheRing
   ASSERT_GT(lift_ns, 0) << run.result.out;
   ASSERT_GT(run.topologies.back().first, lift_ns + 18'000'000'000) << "the run ended early";
 
-  const int64_t all_hier_ns = run.allOn(kHierarchical, onset_ns);
-  ASSERT_GT(all_hier_ns, 0) << "never on hierarchical after the onset; decisions:\n"
+  // The rules climb to hierarchical on the links' signals. The bandit moves off the throttled
+  // ring to whichever arm it measures faster: on a slower host (the ring at 370-490 samples/s
+  // clear, against 550-640 earlier the same night) halving-doubling read 314 in the uplink phase
+  // against hierarchical's 267-289, with the bandit as it landed before this session too (749514d:
+  // 20% of the phase on hierarchical). So for the bandit the onset is met on either, and the way
+  // back is to a flat topology, the ring or halving-doubling (in a clean-clone CI rehearsal it
+  // kept halving-doubling after the lift at 684 against the ring's 591-613).
+  const bool bandit = policy == "bandit";
+  const std::vector<int> climbed =
+      bandit ? std::vector<int>{kHierarchical, kHalvingDoubling} : std::vector<int>{kHierarchical};
+  const int64_t all_hier_ns = run.allOn(climbed, onset_ns);
+  ASSERT_GT(all_hier_ns, 0) << "never off the ring after the onset; decisions:\n"
                             << run.decisions_text;
   int64_t diagnosed_ns = 0;
   for (const nlohmann::json& j : run.decisions_log) {
@@ -263,27 +273,22 @@ TEST_P(AdaptiveNetlabUplink, HierarchicalAfterTheOnsetTheLinkDiagnosedAndTheRing
         j.value("cause", "") == "congested_link" && j.value("link", "").rfind("other_host", 0) == 0)
       diagnosed_ns = t;
   }
-  // The way back is off hierarchical, the rung the uplink drove the job to: for the rules to the
-  // ring; for the bandit to a flat topology, the ring or halving-doubling, whichever it measures
-  // faster. The two are close in clear phases on these hosts (f32c r1: 631 samples/s against
-  // 637), and in a clean-clone CI rehearsal (this test alone on the host) the bandit kept
-  // halving-doubling at 684 against the ring's 591-613, leaving the ring 23% of the clear phase.
-  const bool bandit = policy == "bandit";
   const std::vector<int> way_back =
       bandit ? std::vector<int>{kRing, kHalvingDoubling} : std::vector<int>{kRing};
   const int64_t back_ns = run.allOn(way_back, lift_ns);
   const double onset_s = double(all_hier_ns - onset_ns) * 1e-9;
   const double diagnosis_s = diagnosed_ns > 0 ? double(diagnosed_ns - onset_ns) * 1e-9 : -1;
   const double back_s = back_ns > 0 ? double(back_ns - lift_ns) * 1e-9 : -1;
-  const double share_hier = run.shareAllOn(kHierarchical, all_hier_ns, lift_ns);
+  const double share_hier = run.shareAllOn(climbed, all_hier_ns, lift_ns);
   const double share_ring =
       back_ns > 0 ? run.shareAllOn(way_back, back_ns, run.topologies.back().first) : 0;
   std::printf(
-      "%s: onset -> every rank on hierarchical %.2f s (then %.0f%% of the phase there), "
+      "%s: onset -> every rank on %s %.2f s (then %.0f%% of the phase there), "
       "inter-host link diagnosed %.2f s; lift -> every rank on %s %.2f s (then %.0f%% "
       "there)\n",
-      policy.c_str(), onset_s, 100 * share_hier, diagnosis_s,
-      bandit ? "a flat topology" : "the ring", back_s, 100 * share_ring);
+      policy.c_str(), bandit ? "hierarchical or halving-doubling" : "hierarchical", onset_s,
+      100 * share_hier, diagnosis_s, bandit ? "a flat topology" : "the ring", back_s,
+      100 * share_ring);
   EXPECT_LE(onset_s, 6.0) << run.decisions_text;
   EXPECT_GT(diagnosed_ns, 0) << "the inter-host link never diagnosed:\n" << run.decisions_text;
   EXPECT_LE(diagnosis_s, 6.0) << run.decisions_text;
