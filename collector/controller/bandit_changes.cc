@@ -191,7 +191,6 @@ void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps, b
   const bool on_way = origin_arm_ >= 0 && origin_arm_ != int(cur);
   const bool recovery =
       rose && dip_level_ > 0 && f.samples_per_s <= dip_level_ * std::max(1.0, config_.rise.factor);
-  last_change_rose_ = rose && !recovery;
   if (on_way && (!rose || recovery)) {
     if (!rose) dip_level_ = meanReward(cur);
     same_host_congested_ = same_host_congested_ || sameHostCongested(f, cur);
@@ -211,13 +210,8 @@ void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps, b
   }
   const double level = f.samples_per_s > 0 ? f.samples_per_s : stint_mean_;
   for (ArmStats& s : stats_) s = ArmStats{};
-  resetStint();
-  rise_.restart(f.now_ns);
-  stint_steps_ = settle_steps + 1;
-  if (level > 0) {
-    observe(cur, level);
-    pageHinkley(level);
-  }
+  if (level > 0) observe(cur, level);
+  restartStint(level, settle_steps, f.now_ns);
 }
 
 }  // namespace bpftrain::collector::controller

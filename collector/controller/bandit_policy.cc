@@ -60,6 +60,13 @@ void BanditPolicy::observe(size_t arm, double reward) {
   stats_[arm].last_step = steps_;
 }
 
+void BanditPolicy::restartStint(double level, int settle_steps, int64_t now_ns) {
+  resetStint();
+  rise_.restart(now_ns);
+  stint_steps_ = settle_steps + 1;
+  if (level > 0) pageHinkley(level);
+}
+
 void BanditPolicy::resetStint() {
   stint_steps_ = 0;
   stint_obs_ = 0;
@@ -198,7 +205,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     // halving-doubling's trial then read 1.05x the ring's 578 and was kept for the clear
     // phase). Page-Hinkley still reads them, against the level before the trial: a change
     // during the trial is seen.
-    const bool returning = resumed_obs_ > 0 && stint_obs_ - resumed_obs_ < 2 * trial_steps;
+    const bool returning = resumed_obs_ > 0 && ownReadings() < 2 * trial_steps;
     if (!returning) observe(size_t(cur), reward);
     if (trial_) {
       // A trial's readings are judged against the incumbent, never as a phase change.
@@ -221,17 +228,11 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
         stats_[size_t(cur)] = ArmStats{};
         observe(size_t(cur), reward);
         const bool link_clear = link_clear_;
-        resetStint();
+        restartStint(reward, settle_steps, now_ns);
         link_clear_ = link_clear;
-        stint_steps_ = settle_steps + 1;
-        pageHinkley(reward);
-        rise_.restart(now_ns);
       } else if ((drift || rose) && steps_ <= config_.warmup_steps) {
         // Start-up (first steps, caches, buffers) is not a phase change: restart the test.
-        resetStint();
-        stint_steps_ = settle_steps + 1;
-        pageHinkley(reward);
-        rise_.restart(now_ns);
+        restartStint(reward, settle_steps, now_ns);
       } else if (drift || rose) {
         changed = true;
         change_why = drift ? "throughput" : "throughput rise";
@@ -322,7 +323,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   // trial abandoned between steps, and never tried hierarchical (490), untried since the change.
   size_t best = bestArm();
   const double level = incumbentLevel(size_t(cur));
-  const int dwell = stint_obs_ - resumed_obs_;
+  const int dwell = ownReadings();
   if (dwell > 0 && best < stats_.size() && best != size_t(cur) &&
       !(reexploring_ && untriedLeft(size_t(cur))) &&
       meanReward(best) > level * (1 + config_.confirm_margin) &&
@@ -339,10 +340,9 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
 }
 
 bool BanditPolicy::heldBack(size_t arm) const {
-  // The origin is re-tried by the way back only (the ring probe's verdict, or the timer); it is
-  // untried in a re-exploration only after a drop on the arm the change drove us to
-  // (noteChange()), which does not lift what drove us from it.
-  // The flat ones also while the ring probe reads the links they share congested.
+  // The origin is re-tried by its way back only (the ring probe's verdict, or the timer), even
+  // when a later drop (noteChange()) has left it untried; the flat arms also while the ring
+  // probe reads the links they share congested.
   if (int(arm) == origin_arm_) return true;
   return (same_host_congested_ || ring_probe_verdict_ == RingProbeJudge::Verdict::kCongested) &&
          config_.arms[arm].topology != Topology::kHierarchical;
@@ -393,7 +393,7 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
   // the reserve; routine re-visits of known arms wait for a full bank and revisit_steps.
   const bool untried = std::isinf(candidate_index);
   if (!untried) reexploring_ = false;
-  const bool reference_ready = reexploring_ || stint_obs_ - resumed_obs_ >= 2 * trial_steps;
+  const bool reference_ready = reexploring_ || ownReadings() >= 2 * trial_steps;
   // After a change a trial may start on what its first verdict costs (settling and one
   // reading): a slow arm ends there, and in a slow phase's long steps (1.4-2 s throttled) a
   // whole trial's price would leave the next arm untried.
@@ -415,7 +415,8 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
     std::string detail = changed ? std::string(change_why) + " change; " + buf : buf;
     d = move(candidate, size_t(cur), changed ? "change_detected" : "explore", detail, true, false);
     trial_->upper_bound = changed && link_changed_;
-    trial_->after_lift = changed && origin_arm_ < 0 && last_change_rose_;
+    // A change leaves no origin only when it was a lift (noteChange()).
+    trial_->after_lift = changed && origin_arm_ < 0;
     if (changed && link_changed_) d.link = changed_link_;
     return d;
   }

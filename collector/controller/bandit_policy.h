@@ -183,6 +183,11 @@ class BanditPolicy final : public Policy {
   bool untriedLeft(size_t cur) const;
   static bool otherHostCongested(const Features& f);
   void resetStint();
+  // A stint begun afresh on the arm running: Page-Hinkley's first reading `level`, no settling
+  // left (after a change, at the end of start-up, and on an alarm during it).
+  void restartStint(double level, int settle_steps, int64_t now_ns);
+  // The readings of this stint since its switch (not those a resumed stint began with).
+  int ownReadings() const { return stint_obs_ - resumed_obs_; }
   double index(size_t arm, double total_n, double scale) const;
   double incumbentLevel(size_t cur) const;
   Decision move(size_t to, size_t cur, std::string_view reason, std::string detail, bool paid,
@@ -253,8 +258,7 @@ class BanditPolicy final : public Policy {
   // The incumbent's level before a drop seen on the way back (noteChange()): a rise back to it
   // is a recovery, not a lift. 0: none.
   double dip_level_ = 0;
-  bool last_change_rose_ = false;  // the last change raised the incumbent's reward (a lift)
-  int react_looks_ = 0;            // consecutive looks between steps that found ringLinkFarPast()
+  int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
   ThroughputRise rise_;  // the incumbent's level since its stint began (or the last change)
   // A phase that a drop of its incumbent ended: the arms' estimates then, and that arm's level.
   struct Phase {

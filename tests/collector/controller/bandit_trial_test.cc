@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -50,33 +51,52 @@ TEST(BanditPolicy, AnOnsetDuringALostTrialIsSeenOnTheIncumbentItReturnsTo) {
   EXPECT_GE(p.changesDetected(), 1);
 }
 
+// Drives the bandit for `seconds` on clear same-host links at `sps(topology, ns)`, the ring's
+// readings at `ring_settling` x that for its first 3 s after a switch to it (netlab's ring after
+// another topology). Returns the decisions as text, the topology at the end and the last switch.
+struct SettlingRun {
+  std::string log;
+  Topology last = Topology::kRing;
+  int64_t last_switch_ns = 0;
+};
+SettlingRun runWithRingSettling(BanditPolicy& p, double seconds,
+                                const std::function<double(Topology, int64_t)>& sps,
+                                double ring_settling) {
+  SettlingRun r;
+  Arm cur{};
+  for (int64_t ns = 0; ns <= int64_t(seconds * 1e9); ns += kStepNs) {
+    double v = sps(cur.topology, ns);
+    if (cur.topology == Topology::kRing && r.last_switch_ns > 0 &&
+        ns - r.last_switch_ns < 3'000'000'000)
+      v *= ring_settling;
+    Decision d = p.decide(linkFeatures(cur.topology, v, v, 1.5e-3), cur, ns);
+    if (!d.change) continue;
+    r.log += std::to_string(double(ns) * 1e-9) + " " + armName(d.to) + " (" +
+             std::string(d.reason) + ": " + d.detail + ")\n";
+    cur = d.to;
+    r.last_switch_ns = ns;
+  }
+  r.last = cur.topology;
+  std::printf("%s", r.log.c_str());
+  return r;
+}
+
 // Back from a lost trial, the ring's first readings run low (netlab: after another topology's
 // stint; f32c bandit r0 read 581 and 513 samples/s after hierarchical's start-up trial, around
 // 620 before it). They are no part of the next trial's reference: halving-doubling at 0.99x
 // the ring's level must not win its start-up trial against a reference they deflate.
 TEST(BanditPolicy, TheRingsFirstReadingsBackFromATrialAreNotItsLevel) {
   BanditPolicy p;
-  Arm cur{};
-  int64_t switched_ns = 0;
-  std::string all;
-  for (int64_t ns = 0; ns <= 60'000'000'000; ns += kStepNs) {
-    double sps = cur.topology == Topology::kRing              ? 600
-                 : cur.topology == Topology::kHalvingDoubling ? 594
-                                                              : 480;
-    if (cur.topology == Topology::kRing && switched_ns > 0 && ns - switched_ns < 3'000'000'000)
-      sps *= 0.8;
-    Decision d = p.decide(linkFeatures(cur.topology, sps, sps, 1.5e-3), cur, ns);
-    if (!d.change) continue;
-    all += std::to_string(double(ns) * 1e-9) + " " + armName(d.to) + " (" + std::string(d.reason) +
-           ": " + d.detail + ")\n";
-    cur = d.to;
-    switched_ns = ns;
-  }
-  std::printf("%s", all.c_str());
-  EXPECT_EQ(cur.topology, Topology::kRing) << all;
-  EXPECT_NE(all.find("halving-doubling/none at"), std::string::npos)
+  const SettlingRun r = runWithRingSettling(
+      p, 60,
+      [](Topology t, int64_t) {
+        return t == Topology::kRing ? 600 : t == Topology::kHalvingDoubling ? 594 : 480;
+      },
+      0.8);
+  EXPECT_EQ(r.last, Topology::kRing) << r.log;
+  EXPECT_NE(r.log.find("halving-doubling/none at"), std::string::npos)
       << "halving-doubling was tried and lost\n"
-      << all;
+      << r.log;
 }
 
 // An uplink's lift seen on hierarchical (its samples/s rising): the ring, tried first, is kept on
@@ -87,27 +107,19 @@ TEST(BanditPolicy, TheRingsFirstReadingsBackFromATrialAreNotItsLevel) {
 TEST(BanditPolicy, TheRingTriedOnALiftIsKeptOnItsLinks) {
   const int64_t kLiftNs = 50'000'000'000;
   BanditPolicy p;
-  Arm cur{};
-  int64_t switched_ns = 0;
-  std::string all;
-  for (int64_t ns = 0; ns <= 80'000'000'000; ns += kStepNs) {
-    const bool lifted = ns >= kLiftNs;
-    double sps = cur.topology == Topology::kRing           ? (lifted ? 620 : 300)
-                 : cur.topology == Topology::kHierarchical ? (lifted ? 560 : 380)
-                                                           : (lifted ? 540 : 310);
-    if (cur.topology == Topology::kRing && switched_ns > 0 && ns - switched_ns < 3'000'000'000)
-      sps *= 0.85;
-    Decision d = p.decide(linkFeatures(cur.topology, sps, sps, 1.5e-3), cur, ns);
-    if (!d.change) continue;
-    all += std::to_string(double(ns) * 1e-9) + " " + armName(d.to) + " (" + std::string(d.reason) +
-           ": " + d.detail + ")\n";
-    cur = d.to;
-    switched_ns = ns;
-  }
-  std::printf("%s", all.c_str());
-  ASSERT_NE(all.find("rise change"), std::string::npos) << "no lift seen\n" << all;
-  EXPECT_EQ(cur.topology, Topology::kRing) << all;
-  EXPECT_LE(double(switched_ns - kLiftNs) * 1e-9, 10.0) << "on the ring for good soon\n" << all;
+  const SettlingRun r = runWithRingSettling(
+      p, 80,
+      [&](Topology t, int64_t ns) {
+        const bool lifted = ns >= kLiftNs;
+        return t == Topology::kRing           ? (lifted ? 620 : 300)
+               : t == Topology::kHierarchical ? (lifted ? 560 : 380)
+                                              : (lifted ? 540 : 310);
+      },
+      0.85);
+  ASSERT_NE(r.log.find("rise change"), std::string::npos) << "no lift seen\n" << r.log;
+  EXPECT_EQ(r.last, Topology::kRing) << r.log;
+  EXPECT_LE(double(r.last_switch_ns - kLiftNs) * 1e-9, 10.0) << "on the ring for good soon\n"
+                                                             << r.log;
 }
 
 // An arm that lost a trial is not exploited again at once on its older, better mean. In the
