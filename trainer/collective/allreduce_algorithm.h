@@ -20,6 +20,10 @@ class AllreduceAlgorithm {
   virtual ~AllreduceAlgorithm() = default;
   // In-place sum; the result is bit-identical on every rank.
   virtual void run(std::span<float> data) = 0;
+  // Before training, on every rank: whatever the algorithm sets up per buffer, and touches first,
+  // done now (the trainer's RankRunner::warmTopologies says why). By default one run; an
+  // algorithm that keeps several instances per buffer runs each.
+  virtual void warm(std::span<float> data) { run(data); }
 };
 
 // Ring reduce-scatter + allgather over unbound buffers, pipelined in segments (ours, not Gloo's

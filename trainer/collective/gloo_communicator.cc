@@ -98,14 +98,13 @@ class GlooCommunicator final : public Communicator {
   }
 
   void allreduce(std::span<float> data, Topology topology) override {
-    const size_t t = static_cast<size_t>(topology);
-    if (t >= algorithms_.size())
-      throw std::invalid_argument("unknown topology " + std::to_string(t));
-    if (!algorithms_[t])
-      throw std::invalid_argument(describe(options_) + ": " +
-                                  topologyUnsupported(topology, options_.transport));
-    guarded("allreduce", topologyName(topology), data.size_bytes(),
-            [&] { algorithms_[t]->run(data); });
+    AllreduceAlgorithm& a = algorithm(topology);
+    guarded("allreduce", topologyName(topology), data.size_bytes(), [&] { a.run(data); });
+  }
+
+  void warm(std::span<float> data, Topology topology) override {
+    AllreduceAlgorithm& a = algorithm(topology);
+    guarded("allreduce", topologyName(topology), data.size_bytes(), [&] { a.warm(data); });
   }
 
   void broadcast(std::span<uint8_t> data, int root) override {
@@ -163,6 +162,16 @@ class GlooCommunicator final : public Communicator {
   int world() const override { return options_.world; }
 
  private:
+  AllreduceAlgorithm& algorithm(Topology topology) {
+    const size_t t = static_cast<size_t>(topology);
+    if (t >= algorithms_.size())
+      throw std::invalid_argument("unknown topology " + std::to_string(t));
+    if (!algorithms_[t])
+      throw std::invalid_argument(describe(options_) + ": " +
+                                  topologyUnsupported(topology, options_.transport));
+    return *algorithms_[t];
+  }
+
   // A full-mesh context. Over ibverbs every rank then says it has connected and waits for all the
   // others: a rank that sent as soon as its own side was up would reach a peer whose queue pair
   // cannot receive yet, and under slow peers (TCG) Gloo's fixed RC retry budget runs out (the QP

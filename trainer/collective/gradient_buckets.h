@@ -30,13 +30,18 @@ class GradientBuckets {
   size_t size() const { return bounds_.size() - 1; }
   size_t begin(size_t i) const { return bounds_[i]; }
   size_t end(size_t i) const { return bounds_[i + 1]; }
+  // What bucket i's allreduce sums in `buffer` (gradients + tail): its gradients and the `tail`
+  // floats after them. The collectives cache their set-up per buffer, keyed by this span.
+  std::span<float> data(std::span<float> buffer, size_t i) const {
+    return buffer.subspan(begin(i), end(i) - begin(i) + tail_);
+  }
 
   // Runs bucket i of `buffer` (gradients + tail): write(tail) fills its tail, reduce(span) sums
   // the bucket and its tail across ranks in place, read(tail) reads the summed tail; then the
   // lent floats are given back. Every rank calls it for the same buckets in the same order.
   template <typename Write, typename Reduce, typename Read>
   void run(std::span<float> buffer, size_t i, Write&& write, Reduce&& reduce, Read&& read) {
-    const std::span<float> data = buffer.subspan(begin(i), end(i) - begin(i) + tail_);
+    const std::span<float> data = this->data(buffer, i);
     const std::span<float> tail = data.last(tail_);
     const bool lent = i + 1 < size();
     if (lent) saved_.assign(tail.begin(), tail.end());  // capacity reserved: no allocation
