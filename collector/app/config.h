@@ -41,7 +41,7 @@ struct CollectorConfig {
   // Between window steps the controller looks this often for a move that cannot wait for the
   // next step (a decisive congestion); 0: only at steps.
   std::chrono::nanoseconds controller_period = std::chrono::milliseconds(100);
-  std::chrono::nanoseconds controller_react_window = std::chrono::milliseconds(500);
+  std::chrono::nanoseconds controller_react_window = std::chrono::milliseconds(250);
   std::string features_log;  // controller features every features_log_every, JSON lines
   std::chrono::nanoseconds features_log_every = std::chrono::seconds(2);
   // The user the collector runs as once started (collector/app/privilege.h); "root": stays root.

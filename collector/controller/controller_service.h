@@ -42,7 +42,9 @@ struct ControllerConfig {
   std::chrono::nanoseconds window = std::chrono::seconds(1);
   // What the looks between steps (onTick) read: shorter, so that a link's RTT median turns
   // within the training step in flight (its end is the switch a decision can still catch).
-  std::chrono::nanoseconds react_window = std::chrono::milliseconds(500);
+  // Shorter than a window step (500 ms), a look reads the step in progress alone once it has
+  // run this long (SlidingWindow::stepsBefore), else with the step before.
+  std::chrono::nanoseconds react_window = std::chrono::milliseconds(250);
   // A decision the trainer has not applied after this many steps is abandoned (logged and
   // counted in bpftrain_controller_abandoned_total); the policy then decides afresh.
   int max_retries = 20;

@@ -203,7 +203,7 @@ class ShardedSeriesStore final : public SeriesStore {
 
   std::vector<SeriesSnapshot> snapshotWindow(int64_t now_ns,
                                              std::chrono::nanoseconds window) const override {
-    const int steps = int(std::max<int64_t>(1, window.count() / config_.step.count()));
+    const int steps = SlidingWindow::stepsBefore(now_ns, window.count(), config_.step.count());
     std::shared_lock retire(retire_mutex_);
     const uint32_t n = high_water_.load(std::memory_order_acquire);
     std::vector<SeriesSnapshot> out;

@@ -102,9 +102,10 @@ class SeriesStore {
   virtual void record(int writer, SeriesId id, double value, int64_t now_ns) = 0;
 
   virtual std::vector<SeriesSnapshot> snapshot(int64_t now_ns) const = 0;
-  // The same over a shorter window: the completed steps within `window` of now (at least one)
-  // plus the step in progress. The controller reads ~1 s while the exposition keeps the full
-  // window. A `window` at or above config().window is the full window.
+  // The same over a shorter window: the step in progress and the fewest completed steps before
+  // it that cover `window` with it (SlidingWindow::stepsBefore). The controller reads ~1 s while
+  // the exposition keeps the full window. A `window` at or above config().window is the full
+  // window.
   virtual std::vector<SeriesSnapshot> snapshotWindow(int64_t now_ns,
                                                      std::chrono::nanoseconds window) const {
     (void)window;  // stores without windows (test doubles) have only one view

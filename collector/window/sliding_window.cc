@@ -82,7 +82,7 @@ bool SlidingWindow::collectStep(int64_t step, StepAggregate& agg, Sketch* sketch
 double SlidingWindow::rate(double amount, int64_t now_ns, int64_t first_step, int steps) const {
   const int64_t window_start = (stepOf(now_ns) - stepsOr(steps)) * spec_.step_ns;
   const int64_t start = std::max(window_start, first_step * spec_.step_ns);
-  const int64_t covered = std::max(now_ns - start, spec_.step_ns);
+  const int64_t covered = std::max(now_ns - start, steps == 0 ? spec_.step_ns / 10 : spec_.step_ns);
   return amount / (double(covered) * 1e-9);
 }
 

@@ -5,6 +5,7 @@
 // plus the step in progress. Not thread-safe: the series store guards each writer's window.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -71,8 +72,21 @@ class SlidingWindow {
   bool collectStep(int64_t step, StepAggregate& agg, Sketch* sketch) const;
 
   // Rate of `amount` over the window ending at now_ns, for a series whose first sample was in
-  // step first_step: amount / seconds covered (never less than one step).
+  // step first_step: amount / seconds covered (never less than one step; with steps 0, the step
+  // in progress alone, what it has run, at least a tenth of a step).
   double rate(double amount, int64_t now_ns, int64_t first_step, int steps = -1) const;
+
+  // How many completed steps before the one in progress a reading of `window_ns` at now_ns
+  // takes: the fewest whose time, with what the step in progress has run, covers the window.
+  // A multiple of the step always takes that many (1 s of 500 ms steps: 2, so 1-1.5 s of
+  // samples); a window the step in progress has already run takes none (250 ms, 300 ms into a
+  // step: that step alone), so a short window does not carry a whole older step with it.
+  static int stepsBefore(int64_t now_ns, int64_t window_ns, int64_t step_ns) {
+    step_ns = std::max<int64_t>(step_ns, 1);
+    const int64_t age = now_ns - floorDiv(now_ns, step_ns) * step_ns;
+    if (window_ns <= age) return 0;
+    return int((window_ns - age + step_ns - 1) / step_ns);
+  }
 
   // Earliest step that ever received a sample (for rates of young series); INT64_MAX if none.
   int64_t firstStep() const { return first_step_; }

@@ -129,6 +129,48 @@ TEST(SeriesStore, SnapshotOfEachKind) {
   EXPECT_EQ(store->snapshotOne(kRejectedSeries, now).name, "");
 }
 
+// The controller's looks between steps read a short window (--controller-react-window): once
+// the step in progress has run that long it is read alone, without the whole older step that a
+// reading of "the last step and the one in progress" carried (up to 1 s of samples for 500 ms):
+// a link's figures turn that much sooner after a change.
+TEST(SeriesStore, AShortWindowReadsTheStepInProgressAloneOnceItCoversIt) {
+  WindowConfig config;
+  config.window = std::chrono::seconds(5);
+  config.step = std::chrono::milliseconds(500);
+  auto store = SeriesStore::create(config);
+  Label labels[] = {{"link", "other_host"}};
+  SeriesId d = store->lookup("bpftrain_tcp_delivery_rate", labels, SeriesKind::kDistribution);
+  SeriesId c = store->lookup("bpftrain_tcp_sends", labels, SeriesKind::kCounter);
+  const int64_t t0 = 1000 * kSec;  // a step boundary
+  // 100 before t0 + 500 ms (a whole step), 1 after: a change at the step boundary.
+  for (int64_t t = t0; t < t0 + 800 * kMs; t += 10 * kMs) {
+    store->record(0, d, t < t0 + 500 * kMs ? 100 : 1, t);
+    store->record(0, c, 1, t);
+  }
+  auto read = [&](int64_t now, int64_t window_ms) {
+    for (const SeriesSnapshot& s : store->snapshotWindow(now, std::chrono::milliseconds(window_ms)))
+      if (s.kind == SeriesKind::kDistribution) return s;
+    return SeriesSnapshot{};
+  };
+  auto rate = [&](int64_t now, int64_t window_ms) {
+    for (const SeriesSnapshot& s : store->snapshotWindow(now, std::chrono::milliseconds(window_ms)))
+      if (s.kind == SeriesKind::kCounter) return s.rate;
+    return -1.0;
+  };
+  // 300 ms into the step after the change: 250 ms reads that step alone.
+  const int64_t late = t0 + 800 * kMs;
+  EXPECT_EQ(read(late, 250).count, 30u);
+  EXPECT_NEAR(read(late, 250).quantiles[1].second, 1, 0.05);  // p90
+  EXPECT_NEAR(rate(late, 250), 100, 1e-6);                    // 30 sends in 0.3 s
+  // 500 ms does not fit in it: the step before too, and its p90 is the old figure.
+  EXPECT_EQ(read(late, 500).count, 80u);
+  EXPECT_NEAR(read(late, 500).quantiles[1].second, 100, 1);
+  // 100 ms into the step (its bucket holds what was recorded for it), 250 ms takes the step
+  // before as well.
+  EXPECT_EQ(read(t0 + 600 * kMs, 250).count, 80u);
+  EXPECT_NEAR(read(t0 + 600 * kMs, 250).quantiles[1].second, 100, 1);
+}
+
 TEST(SeriesStore, RecordIgnoresBadArgumentsAndCountsLateSamples) {
   auto store = SeriesStore::create(smallConfig(1));
   SeriesId id = store->lookup("bpftrain_x", {}, SeriesKind::kCounter);

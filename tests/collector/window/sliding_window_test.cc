@@ -86,6 +86,23 @@ TEST(SlidingWindow, RateOverTheWindow) {
   EXPECT_EQ(w.rate(double(a.count), now + 5 * kSec, w.stepOf(t0)), 0);
 }
 
+TEST(SlidingWindow, StepsBeforeCoverTheWindowWithTheStepInProgress) {
+  constexpr int64_t ms = 1'000'000, step = 500 * ms, t = 1000 * step;  // t: a step boundary
+  // Multiples of the step take that many whole steps, wherever the step in progress is.
+  for (int64_t age : {int64_t(0), 1 * ms, 250 * ms, 499 * ms}) {
+    EXPECT_EQ(SlidingWindow::stepsBefore(t + age, 1000 * ms, step), 2) << age;
+    EXPECT_EQ(SlidingWindow::stepsBefore(t + age, 500 * ms, step), 1) << age;
+    EXPECT_EQ(SlidingWindow::stepsBefore(t + age, 5000 * ms, step), 10) << age;
+  }
+  // A shorter window: the step in progress alone once it has run that long.
+  EXPECT_EQ(SlidingWindow::stepsBefore(t + 100 * ms, 250 * ms, step), 1);
+  EXPECT_EQ(SlidingWindow::stepsBefore(t + 250 * ms, 250 * ms, step), 0);
+  EXPECT_EQ(SlidingWindow::stepsBefore(t + 400 * ms, 250 * ms, step), 0);
+  // 750 ms: two steps before while the step in progress is younger than 250 ms, then one.
+  EXPECT_EQ(SlidingWindow::stepsBefore(t + 100 * ms, 750 * ms, step), 2);
+  EXPECT_EQ(SlidingWindow::stepsBefore(t + 300 * ms, 750 * ms, step), 1);
+}
+
 TEST(SlidingWindow, SketchFollowsTheWindow) {
   SlidingWindow w(spec(true));
   const int64_t t0 = 20 * kSec;
