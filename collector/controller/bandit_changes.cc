@@ -1,6 +1,6 @@
 // The bandit's phase changes (bandit_policy.h): what is seen as one on the incumbent
-// (Page-Hinkley on its reward; on the ring, a link class past the rules' thresholds, per window
-// step and between steps), which links were congested at it, and what a change resets and
+// (Page-Hinkley on its reward; on a flat topology, a link class past the rules' thresholds, per
+// window step and between steps), which links were congested at it, and what a change resets and
 // remembers (the phases that come back).
 #include <algorithm>
 #include <cmath>
@@ -35,11 +35,15 @@ bool BanditPolicy::pageHinkley(double reward) {
 // uplink's RTT low: on netlab's uplink phase the ring's inter-host RTT median stayed at
 // 1.6-2.6 ms while the delivery rate read 0.04-0.05x its level (rules_config.h), and the bandit,
 // reading the RTT only, met the onset by Page-Hinkley 1.5-1.79 s in (f30a) where the rules took
-// 0.99 s. The ring carries every link class's traffic in equal chunks, so these show a
-// congested link directly (diagnosis.h); other topologies load links with their own pattern
-// (hierarchical's same-host sockets carry small control messages at 6-18 ms), so the ring-link
-// tests below read it on the ring only, and the class tests at a change on the classes that
-// topology's traffic crosses.
+// 0.99 s. The flat topologies (the ring, halving-doubling, bcube) carry every link class's
+// traffic in large chunks, so these show a congested link directly (diagnosis.h); hierarchical
+// loads links with its own pattern (its same-host sockets carry small control messages at
+// 6-18 ms), so the link tests below read them on flat arms only, and the class tests at a change
+// on the classes that topology's traffic crosses. Halving-doubling on netlab (f33a, 4 ranks on 2
+// hosts, features every 100 ms): clear, its same-host RTT median 0.8-2.1 ms and its inter-host
+// delivery rate 0.44-1.0x its level; 0.25-0.37 s after lo was throttled, same-host 57-103 ms;
+// 0.25-0.37 s after host1's uplink was, delivery 0.06x, as the ring's. Read on the ring only,
+// those onsets waited for Page-Hinkley on halving-doubling: 1.07-1.56 s.
 static double linkExcess(const LinkSignals& ls, Link l) {
   static const RulesConfig kRules;
   if (!ls.seen) return 0;
@@ -55,10 +59,9 @@ static double linkExcess(const LinkSignals& ls, Link l) {
 // lasts is no news. The first window steps of a stint still hold the previous topology's
 // samples (1 s window).
 bool BanditPolicy::linkChange(const Features& f, size_t cur) {
-  if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
-      !f.has_links || stint_steps_ < 3)
+  if (config_.link_change_steps <= 0 || !flat(cur) || !f.has_links || stint_steps_ < 3)
     return false;
-  if (worstRingLink(f) < 0) {
+  if (worstLink(f) < 0) {
     link_steps_ = 0;
     link_clear_ = true;
     return false;
@@ -70,7 +73,7 @@ bool BanditPolicy::linkChange(const Features& f, size_t cur) {
   return true;
 }
 
-int BanditPolicy::worstRingLink(const Features& f) {
+int BanditPolicy::worstLink(const Features& f) {
   int worst = -1;
   double worst_excess = 1;
   for (int l = 0; l < kLinkCount; ++l) {
@@ -82,13 +85,13 @@ int BanditPolicy::worstRingLink(const Features& f) {
   return worst;
 }
 
-// linkChange()'s fast form between steps: on the ring, a link class far past its threshold (the
-// rules' decisive_signal_factor) with the latest reading (the step in flight counted) at or below
-// the rules' congestion_throughput_fraction of `level`. Counts nothing per step.
-bool BanditPolicy::ringLinkFarPast(const Features& f, size_t cur, double level) const {
+// linkChange()'s fast form between steps: on a flat arm, a link class far past its threshold
+// (the rules' decisive_signal_factor) with the latest reading (the step in flight counted) at or
+// below the rules' congestion_throughput_fraction of `level`. Counts nothing per step.
+bool BanditPolicy::linkFarPast(const Features& f, size_t cur, double level) const {
   static const RulesConfig kRules;
-  if (config_.link_change_steps <= 0 || config_.arms[cur].topology != Topology::kRing ||
-      !f.has_links || stint_steps_ < 3 || level <= 0)
+  if (config_.link_change_steps <= 0 || !flat(cur) || !f.has_links || stint_steps_ < 3 ||
+      level <= 0)
     return false;
   if (!(f.samples_per_s > 0 && f.samples_per_s <= kRules.congestion_throughput_fraction * level))
     return false;
@@ -101,14 +104,14 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
   Decision d;
   d.to = current;
   const int cur = armIndex(current);
-  // On the ring without a trial: a change (the stint's links were seen clear). On a ring trial
-  // (a re-probe, usually), settling or not: the trial lost, against its reference (the window
-  // holds only the ring's samples after 3 window steps, ringLinkFarPast()).
+  // On a flat arm without a trial: a change (the stint's links were seen clear). On a flat
+  // arm's trial (a re-probe of the ring, usually), settling or not: the trial lost, against its
+  // reference (the window holds only the arm's samples after 3 window steps, linkFarPast()).
   const bool on_trial = trial_ && int(trial_->arm) == cur;
   const bool far =
       f.live() && cur >= 0 && cur == stint_arm_ && (!trial_ || on_trial) &&
-      (on_trial ? ringLinkFarPast(f, size_t(cur), trial_->reference)
-                : link_clear_ && stint_obs_ > 0 && ringLinkFarPast(f, size_t(cur), stint_mean_));
+      (on_trial ? linkFarPast(f, size_t(cur), trial_->reference)
+                : link_clear_ && stint_obs_ > 0 && linkFarPast(f, size_t(cur), stint_mean_));
   if (!far) {
     react_looks_ = 0;
     return d;
@@ -118,18 +121,18 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
   char why[200];
   if (on_trial) {
     std::snprintf(why, sizeof why,
-                  "%s: ring link far past its threshold, latest samples/s %.0f against %s at "
+                  "%s: link far past its threshold, latest samples/s %.0f against %s at "
                   "%.1f: abandoned (between steps)",
                   armName(current).c_str(), f.samples_per_s,
                   armName(config_.arms[trial_->from]).c_str(), trial_->reference);
     return backFromTrial(d, why);
   }
   std::snprintf(why, sizeof why,
-                "ring link far past its threshold, latest samples/s %.0f against %.0f (between "
+                "%s link far past its threshold, latest samples/s %.0f against %.0f (between "
                 "steps)",
-                f.samples_per_s, stint_mean_);
+                linkName(Link(worstLink(f))).data(), f.samples_per_s, stint_mean_);
   link_changed_ = true;
-  changed_link_ = worstRingLink(f);
+  changed_link_ = worstLink(f);
   const int settle_steps = config_.settle_steps * per_step_;
   noteChange(f, size_t(cur), settle_steps);
   return explore(size_t(cur), current, true, why, settle_steps, config_.trial_steps * per_step_);

@@ -245,12 +245,12 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   // runs at a third of hierarchical).
   warming_up_ = steps_ <= config_.warmup_steps && changes_detected_ == 0 &&
                 !(config_.arms[size_t(cur)].topology == Topology::kRing && f.has_links &&
-                  stint_steps_ >= 3 && worstRingLink(f) >= 0);
+                  stint_steps_ >= 3 && worstLink(f) >= 0);
   link_changed_ = false;
   if (!trial_ && !changed && linkChange(f, size_t(cur))) {
     changed = link_changed_ = true;
-    changed_link_ = worstRingLink(f);
-    change_why = "ring link";
+    changed_link_ = worstLink(f);
+    change_why = changed_link_ == int(Link::kSameHost) ? "same_host link" : "other_host link";
   }
   if (changed) noteChange(f, size_t(cur), settle_steps, changed_up);
   ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;
@@ -292,8 +292,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     // uplink e2e run the ring tried on hierarchical's rise read 547 against its 568 and was not
     // tried again (7% of the clear phase on the ring).
     if (!slow && (trial_->by_probe || trial_->after_lift) &&
-        config_.arms[trial_->arm].topology == Topology::kRing && f.has_links &&
-        worstRingLink(f) < 0) {
+        config_.arms[trial_->arm].topology == Topology::kRing && f.has_links && worstLink(f) < 0) {
       endTrial(true);
       return d;
     }
@@ -378,8 +377,12 @@ Decision BanditPolicy::explore(size_t cur_arm, const Arm& current, bool changed,
     // halving-doubling's trial ran 129 samples/s against hierarchical's 540, for 1.5 s).
     if (std::isinf(idx) && heldBack(i)) continue;
     // Among untried arms after a change, hierarchical first when the same-host links were
-    // congested.
-    const bool preferred = reexploring_ && same_host_congested_ && std::isinf(idx) &&
+    // congested, or the inter-host links showed the change: it sends the least across hosts
+    // (leaders only; on netlab's uplink phase 368 samples/s against the ring's 301). f33a
+    // bandit r1 on halving-doubling tried the ring first there (290 against its 362).
+    const bool links_congested =
+        same_host_congested_ || (link_changed_ && changed_link_ == int(Link::kOtherHost));
+    const bool preferred = reexploring_ && links_congested && std::isinf(idx) &&
                            std::isinf(candidate_index) &&
                            config_.arms[i].topology == Topology::kHierarchical &&
                            config_.arms[candidate].topology != Topology::kHierarchical;

@@ -10,10 +10,10 @@
 // by `budget_fraction` per step and holds at most `bank_steps`: over any run, exploration
 // steps <= budget_fraction x steps + bank_steps. A phase change is detected on the incumbent
 // only (never from a trial's readings): a two-sided Page-Hinkley test on its reward, or, on
-// the ring, a link class past the rules' congestion thresholds (its RTT median, or the
-// inter-host delivery rate's drop below its level). The other arms'
-// estimates are then forgotten and re-tried (hierarchical first when a flat topology's same-host
-// links were congested), and the arm the change drove us from is re-probed with a backoff (a
+// a flat topology (not hierarchical), a link class past the rules' congestion thresholds (its RTT
+// median, or the inter-host delivery rate's drop below its level). The other arms'
+// estimates are then forgotten and re-tried (hierarchical first when a flat topology's links
+// were congested), and the arm the change drove us from is re-probed with a backoff (a
 // higher rung can hide the congestion it avoids, so only a probe shows the way back).
 #pragma once
 
@@ -76,9 +76,9 @@ struct BanditConfig {
   // for its links from the arm played now: clear, it is re-probed at once, whatever the backoff;
   // congested, not at all (the probe would fail).
   RingProbeThresholds ring_probe;
-  // On the ring, a link class past the rules' congestion thresholds (its RTT median, or for the
+  // On a flat arm, a link class past the rules' congestion thresholds (its RTT median, or for the
   // inter-host links the delivery rate at the drop fraction of its level) for this many
-  // consecutive steps (after the window holds only the ring's samples), with the latest
+  // consecutive steps (after the window holds only the arm's samples), with the latest
   // samples/s at or below link_change_fraction of the stint's level, is a phase change, often
   // before Page-Hinkley has enough readings. The reading corroborates it (RTT also rises with CPU
   // load on a shared host: rules_policy.h) and is the level trials are judged against: on
@@ -88,12 +88,13 @@ struct BanditConfig {
   // Routine re-visits of known arms (UCB, full bank) wait this many window steps after the last
   // move: a steady state makes no decisions for a minute.
   int revisit_steps = 120;
-  // Between window steps (react()): a ring link far past the rules' threshold that the latest
-  // reading confirms (linkChange()'s fast form) on this many consecutive looks is a change at
-  // once, so that the first trial can start before the training step in flight ends; on a ring
-  // trial, against the trial's reference, it ends the trial (abandoned) without waiting for the
-  // settling step: on netlab (a scratch two-onset scenario) a re-probe of the ring applied 0.3 s
-  // into the throttle was abandoned at its first reading after settling, 2.8 s after the onset.
+  // Between window steps (react()): a flat arm's link far past the rules' threshold that the
+  // latest reading confirms (linkChange()'s fast form) on this many consecutive looks is a change
+  // at once, so that the first trial can start before the training step in flight ends; on a
+  // flat arm's trial, against the trial's reference, it ends the trial (abandoned) without waiting
+  // for the settling step: on netlab (a scratch two-onset scenario) a re-probe of the ring applied
+  // 0.3 s into the throttle was abandoned at its first reading after settling, 2.8 s after the
+  // onset.
   int react_looks = 2;
   // Phases come back (a congestion lifts). At a change that drops the incumbent's reward, the
   // arms' estimates of the phase it ends are kept (the last kPhaseMemory such phases); a later
@@ -117,8 +118,8 @@ class BanditPolicy final : public Policy {
   explicit BanditPolicy(BanditConfig config = {});
   std::string_view name() const override { return "bandit"; }
   Decision decide(const Features& features, const Arm& current, int64_t now_ns) override;
-  // Between steps: only a ring link far past its threshold (ringLinkFarPast()): a change, or
-  // the end of a ring trial (a re-probe that met the congestion).
+  // Between steps: only a flat arm's link far past its threshold (linkFarPast()): a change, or
+  // the end of its trial (a re-probe that met the congestion).
   Decision react(const Features& features, const Arm& current, int64_t now_ns) override;
 
   // For tests and the decisions log.
@@ -165,7 +166,10 @@ class BanditPolicy final : public Policy {
   void observe(size_t arm, double reward);
   bool pageHinkley(double reward);
   bool linkChange(const Features& f, size_t cur);
-  bool ringLinkFarPast(const Features& f, size_t cur, double level) const;
+  bool linkFarPast(const Features& f, size_t cur, double level) const;
+  // The ring, halving-doubling and bcube send every link class large chunks over TCP (or
+  // RDMA), so their links' signals show a congestion; hierarchical's do not (bandit_changes.cc).
+  bool flat(size_t arm) const { return config_.arms[arm].topology != Topology::kHierarchical; }
   // A detected change: the other arms' estimates forgotten, this arm's level the latest reading.
   // `rose`: the change raised the incumbent's reward (a lift), so the arm it leaves is not one a
   // congestion drove us from, and is not re-probed.
@@ -243,8 +247,8 @@ class BanditPolicy final : public Policy {
   // The link class that change was seen on (a Link; -1 none): Decision::link of the move it
   // makes, so the diagnosis names the link at the move as it does for the rules.
   int changed_link_ = -1;
-  // On the ring: the link class furthest past its thresholds (-1: none past them).
-  static int worstRingLink(const Features& f);
+  // On a flat arm: the link class furthest past its thresholds (-1: none past them).
+  static int worstLink(const Features& f);
   // The change was seen with a flat topology's same-host links congested: re-explore the arms
   // that keep same-host gradients off TCP (hierarchical) first.
   bool same_host_congested_ = false;
@@ -258,7 +262,7 @@ class BanditPolicy final : public Policy {
   // The incumbent's level before a drop seen on the way back (noteChange()): a rise back to it
   // is a recovery, not a lift. 0: none.
   double dip_level_ = 0;
-  int react_looks_ = 0;  // consecutive looks between steps that found ringLinkFarPast()
+  int react_looks_ = 0;  // consecutive looks between steps that found linkFarPast()
   ThroughputRise rise_;  // the incumbent's level since its stint began (or the last change)
   // A phase that a drop of its incumbent ended: the arms' estimates then, and that arm's level.
   struct Phase {

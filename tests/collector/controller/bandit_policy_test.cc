@@ -333,11 +333,45 @@ TEST(BanditPolicy, AnUplinkTheRingsRttDoesNotShowIsALinkChangeOnItsDeliveryRate)
   EXPECT_LT(seen.t, 30.51);
   EXPECT_NE(seen.to.topology, Topology::kRing);
   EXPECT_EQ(seen.link, int(Link::kOtherHost));
-  EXPECT_NE(seen.detail.find("ring link change"), std::string::npos) << seen.detail;
+  EXPECT_NE(seen.detail.find("other_host link change"), std::string::npos) << seen.detail;
   const rh::Switch by_drift = firstAfterOnset(false);
   EXPECT_EQ(by_drift.reason, "change_detected");
   EXPECT_GT(by_drift.t, seen.t);
   EXPECT_NE(by_drift.detail.find("throughput change"), std::string::npos) << by_drift.detail;
+}
+
+// Halving-doubling sends both link classes large chunks, as the ring does, so its links show an
+// onset as the ring's do: kept at start-up (f33a: within noise of the ring in clear phases),
+// an uplink throttle is a change on the inter-host delivery rate by the second step that reads it,
+// and hierarchical, which sends the least across hosts, is tried first. Before, only the ring's
+// links were read: f33a's bandit met both onsets on halving-doubling by Page-Hinkley 1.07-1.56 s
+// in and tried the ring first after the uplink's (hierarchical 4.6-4.7 s after it).
+TEST(BanditPolicy, OnHalvingDoublingAnUplinkIsALinkChangeAndHierarchicalIsTriedFirst) {
+  namespace rh = rules_harness;
+  BanditPolicy p;
+  auto sw = rh::runOnArm(
+      p, 40,
+      [&](double t, const Arm& a) {
+        const rh::Phase phase = t >= 30 ? rh::Phase::kUplinkHidden : rh::Phase::kClear;
+        const bool hd = a.topology == Topology::kHalvingDoubling;
+        // Halving-doubling's links read as the ring's; it runs fastest while clear.
+        rh::JobState j = rh::linkModel(phase, hd ? Arm{} : a, true);
+        if (hd) j.samples_per_s_per_rank = phase == rh::Phase::kClear ? 560 : 260;
+        return j;
+      },
+      Arm{Topology::kHalvingDoubling, PinMode::kNone});
+  for (const rh::Switch& s : sw)
+    std::printf("%.1f s: %s (%s: %s)\n", s.t, armName(s.to).c_str(), s.reason.c_str(),
+                s.detail.c_str());
+  auto it = std::find_if(sw.begin(), sw.end(), [](const rh::Switch& s) { return s.t >= 30; });
+  ASSERT_TRUE(it != sw.end());
+  ASSERT_TRUE(it == sw.begin() || std::prev(it)->to.topology == Topology::kHalvingDoubling)
+      << "the clear phase ends on halving-doubling";
+  EXPECT_EQ(it->reason, "change_detected");
+  EXPECT_LT(it->t, 30.51);
+  EXPECT_EQ(it->link, int(Link::kOtherHost));
+  EXPECT_NE(it->detail.find("other_host link change"), std::string::npos) << it->detail;
+  EXPECT_EQ(it->to.topology, Topology::kHierarchical);
 }
 
 // f31b bandit r0: a false rise of halving-doubling (the incumbent) just before lo was throttled
