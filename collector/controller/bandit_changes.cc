@@ -127,12 +127,12 @@ Decision BanditPolicy::react(const Features& f, const Arm& current, int64_t) {
                   armName(config_.arms[trial_->from]).c_str(), trial_->reference);
     return backFromTrial(d, why);
   }
+  link_changed_ = true;
+  changed_link_ = worstLink(f);
   std::snprintf(why, sizeof why,
                 "%s link far past its threshold, latest samples/s %.0f against %.0f (between "
                 "steps)",
-                linkName(Link(worstLink(f))).data(), f.samples_per_s, stint_mean_);
-  link_changed_ = true;
-  changed_link_ = worstLink(f);
+                linkName(Link(changed_link_)).data(), f.samples_per_s, stint_mean_);
   const int settle_steps = config_.settle_steps * per_step_;
   noteChange(f, size_t(cur), settle_steps);
   return explore(size_t(cur), current, true, why, settle_steps, config_.trial_steps * per_step_);

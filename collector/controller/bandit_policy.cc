@@ -195,7 +195,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   }
 
   bool changed = false, changed_up = false;
-  const char* change_why = "";
+  std::string change_why;  // what showed the change (short: no allocation)
   if (stint_steps_ > settle_steps && f.samples_per_s > 0) {
     const double reward = f.samples_per_s;
     // Back from a lost trial, the incumbent's readings over the minimum dwell before the next
@@ -250,7 +250,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   if (!trial_ && !changed && linkChange(f, size_t(cur))) {
     changed = link_changed_ = true;
     changed_link_ = worstLink(f);
-    change_why = changed_link_ == int(Link::kSameHost) ? "same_host link" : "other_host link";
+    change_why = std::string(linkName(Link(changed_link_))) + " link";
   }
   if (changed) noteChange(f, size_t(cur), settle_steps, changed_up);
   ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;
@@ -335,7 +335,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   // Every stint is measured for trial_steps before anything moves (the minimum dwell), and
   // twice that before a trial is judged against it, unless a change makes haste worth it.
   if (dwell < trial_steps && !changed) return d;
-  return explore(size_t(cur), current, changed, change_why, settle_steps, trial_steps);
+  return explore(size_t(cur), current, changed, change_why.c_str(), settle_steps, trial_steps);
 }
 
 bool BanditPolicy::heldBack(size_t arm) const {
