@@ -68,6 +68,10 @@ std::string usage() {
                             bpftrain-collector --nccl-control steers NCCL's algorithm
   --control HOST:PORT       control socket (default 127.0.0.1:9472)
   --secret FILE             shared HMAC-SHA256 key (required by --adaptive)
+  --warm-topologies on|off  with --adaptive or --switch-every: run every topology once on each
+                            gradient bucket before step 0, so a switch's first steps cost what
+                            later ones do (default on; holds halving-doubling's and bcube's
+                            buffers from the start: the log line says how much)
   --job NAME                job name in telemetry and control (default "default")
   --collector HOST:PORT|none  telemetry destination (default 127.0.0.1:9470)
   --metrics-hz N            telemetry rate, 1..100 (default 10)
@@ -213,6 +217,10 @@ std::optional<Options> parseOptions(const std::vector<std::string>& args,
       if (!intFlag(o.seed, 0, std::numeric_limits<long long>::max())) return std::nullopt;
     } else if (flag == "--eval-every") {
       if (!intFlag(o.eval_every, 0, 1 << 30)) return std::nullopt;
+    } else if (flag == "--warm-topologies") {
+      if (!need() || (value != "on" && value != "off"))
+        return fail("--warm-topologies " + value + ": expected on or off");
+      o.warm_topologies = value == "on";
     } else if (flag == "--hugepages") {
       if (!need() || (value != "on" && value != "off"))
         return fail("--hugepages " + value + ": expected on or off");

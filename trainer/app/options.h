@@ -60,6 +60,10 @@ struct Options {
   std::string nccl_algo;
   PinMode pin = PinMode::kNone;
   bool adaptive = false;
+  // With --adaptive or --switch-every on Gloo: every topology runs each gradient bucket once
+  // before step 0 (RankRunner::warmTopologies). Off: a switch's first steps pay the set-up, and
+  // the resident set grows only for topologies the run actually uses.
+  bool warm_topologies = true;
   std::string control = "127.0.0.1:9472";
   std::string secret_file;
   std::string collector = "127.0.0.1:9470";  // "none": no telemetry

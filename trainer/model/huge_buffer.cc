@@ -56,7 +56,9 @@ HugeBuffer& HugeBuffer::operator=(HugeBuffer&& other) noexcept {
   return *this;
 }
 
-int64_t anonHugePagesBytes() {
+namespace {
+// One field of /proc/self/smaps_rollup ("Rss:", "AnonHugePages:"), in bytes; -1 if unreadable.
+int64_t smapsRollupBytes(const char* key) {
   int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   char buf[4096];
@@ -64,7 +66,6 @@ int64_t anonHugePagesBytes() {
   close(fd);
   if (n <= 0) return -1;
   buf[n] = '\0';
-  const char* key = "AnonHugePages:";
   const char* p = std::strstr(buf, key);
   if (p == nullptr) return -1;
   p += std::strlen(key);
@@ -73,6 +74,11 @@ int64_t anonHugePagesBytes() {
   while (*p >= '0' && *p <= '9') kb = kb * 10 + (*p++ - '0');
   return kb * 1024;
 }
+}  // namespace
+
+int64_t anonHugePagesBytes() { return smapsRollupBytes("\nAnonHugePages:"); }
+
+int64_t residentBytes() { return smapsRollupBytes("\nRss:"); }
 
 uint64_t hashFloats(std::span<const float> values) {
   uint64_t h = 1469598103934665603ull;

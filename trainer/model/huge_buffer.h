@@ -45,6 +45,8 @@ class HugeBuffer {
 // AnonHugePages of this process in bytes, from /proc/self/smaps_rollup; -1 if unreadable.
 // Reads into a stack buffer: no allocation, so telemetry may call it periodically.
 int64_t anonHugePagesBytes();
+// The resident set (Rss) of this process in bytes, the same way; -1 if unreadable.
+int64_t residentBytes();
 
 // FNV-1a over the bytes of a float buffer: ranks print it so tests compare parameters bit for bit.
 uint64_t hashFloats(std::span<const float> values);

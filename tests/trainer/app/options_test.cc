@@ -25,6 +25,7 @@ TEST(Options, DefaultsToOneRank) {
   EXPECT_EQ(o->collector, "127.0.0.1:9470");
   EXPECT_EQ(o->control, "127.0.0.1:9472");
   EXPECT_TRUE(o->hugepages);
+  EXPECT_TRUE(o->warm_topologies);
 }
 
 TEST(Options, VersionIsAskedForLikeHelp) {
@@ -114,6 +115,8 @@ TEST(Options, ParsesEveryContractFlag) {
                   "mlp:64x3",
                   "--hugepages",
                   "off",
+                  "--warm-topologies",
+                  "off",
                   "--checkpoint",
                   "/c",
                   "--checkpoint-every",
@@ -145,6 +148,7 @@ TEST(Options, ParsesEveryContractFlag) {
   EXPECT_EQ(o->model.width, 64);
   EXPECT_EQ(o->model.depth, 3);
   EXPECT_FALSE(o->hugepages);
+  EXPECT_FALSE(o->warm_topologies);
   EXPECT_EQ(o->checkpoint_every, 5);
   EXPECT_TRUE(o->resume);
   EXPECT_EQ(o->batch, 16);

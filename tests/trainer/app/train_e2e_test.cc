@@ -431,6 +431,7 @@ TEST(TrainE2E, BadInputGetsOneClearLineAndExit2) {
       {{"--resume"}, "--resume needs --checkpoint DIR"},
       {{"--ranks", "2", "--netns", "a"}, "--netns lists 1 namespaces for --ranks 2"},
       {{"--hugepages", "maybe"}, "expected on or off"},
+      {{"--warm-topologies", "maybe"}, "expected on or off"},
       {{"--duration", "-1"}, "--duration -1: expected a positive number of seconds"},
       // --backend nccl takes NCCL's algorithms; what it cannot honour is refused in one line.
       {{"--backend", "nccl", "--adaptive", "--secret", "/nonexistent", "--topology", "tree"},
