@@ -570,18 +570,21 @@ void RankRunner::reportControlDrops() {
 }
 
 // When the topology can change during the run (--adaptive, --switch-every) on Gloo: every
-// topology runs each gradient bucket once before step 0, so that the collectives' per-buffer
-// set-up (halving-doubling and bcube allocate and zero a receive buffer the size of the bucket,
-// and register their send and receive buffers with each peer) is not paid inside the first step
-// after a switch to them. Measured (4 ranks, mlp:2048x4, 4 buckets, --switch-every 6, 2 cores):
-// the two steps after a first switch to halving-doubling or bcube took 0.76-0.82 s against
+// topology sets each gradient bucket up before step 0 (Communicator::warm: what its algorithm
+// allocates and registers per buffer, without moving data), so that set-up is not paid inside the
+// first step after a switch. Measured (4 ranks, mlp:2048x4, 4 buckets, --switch-every 6, 2
+// cores): the two steps after a first switch to halving-doubling or bcube took 0.76-0.82 s against
 // 0.43-0.46 s after a later one, and the controller judges a trial by those readings (the bandit
 // abandoned a start-up trial of halving-doubling in a clear phase at 170 samples/s against the
-// ring's 663). The gradients are overwritten by the first step's backward pass; the buffer is
-// zero before and after, so every rank sums zeros and nothing reaches the model.
-// The price is memory held from the start, whether or not the run ever switches there: on
-// mlp:2048x4 (48.6 MiB of gradients, 4 buckets) each rank's resident set grew by 130 MB, from
-// 177 to 307 MB. --warm-topologies off leaves it to the first switch; the line says how much.
+// ring's 663). Halving-doubling's set-up is all in Gloo's constructor (a receive buffer the size
+// of the bucket, zeroed, and its buffers registered with each peer): built here, its first two
+// steps took 0.46-0.50 s. Bcube's constructor reserves its receive buffers without touching
+// them, so its first steps still fault them in (1.0-1.07 s for two, against 0.40-0.59 later):
+// the default policies never pick bcube, and running it here would cost every adaptive job the
+// bucket's allreduces at start-up (6.8 s in all, with the ring's and hierarchical's, for the
+// first version on netlab's throttled loopback) and bcube's memory.
+// The price is memory held from the start: halving-doubling's receive buffers, the gradients'
+// size (+49 MiB a rank on mlp:2048x4). --warm-topologies off leaves it to the first switch.
 void RankRunner::warmTopologies() {
   if (!comm_ || o_.backend == "nccl" || o_.world == 1 || (!o_.adaptive && o_.switch_every <= 0))
     return;
@@ -593,20 +596,18 @@ void RankRunner::warmTopologies() {
   const auto t0 = Clock::now();
   const int64_t rss_before = model::residentBytes();
   const std::span<float> buffer = model_->gradientsWithTail();
-  std::fill(buffer.begin(), buffer.end(), 0.0f);
   const uint32_t topologies = runnableTopologies(o_.transport);
   for (size_t t = 0; t < kTopologyCount; ++t) {
     if (!(topologies & (1u << t))) continue;
     for (size_t b = 0; b < buckets_->size(); ++b)
       comm_->warm(buckets_->data(buffer, b), Topology(t));
   }
-  std::fill(buffer.begin(), buffer.end(), 0.0f);
   const int64_t rss_after = model::residentBytes();
   const double grown_mib =
       rss_before >= 0 && rss_after >= 0 ? double(rss_after - rss_before) / (1 << 20) : -1;
-  log("every topology set up for each of the %zu gradient buckets in %.2f s, so a switch's first "
-      "steps cost what later ones do; resident set %+.0f MiB (--warm-topologies off to leave it "
-      "to the first switch)",
+  log("every topology set up for each of the %zu gradient buckets in %.2f s, so that a switch's "
+      "first steps do not pay it; resident set %+.0f MiB (--warm-topologies off leaves both to "
+      "the first switch)",
       buckets_->size(), seconds(Clock::now() - t0), grown_mib);
 }
 

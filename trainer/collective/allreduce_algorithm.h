@@ -20,10 +20,11 @@ class AllreduceAlgorithm {
   virtual ~AllreduceAlgorithm() = default;
   // In-place sum; the result is bit-identical on every rank.
   virtual void run(std::span<float> data) = 0;
-  // Before training, on every rank: whatever the algorithm sets up per buffer, and touches first,
-  // done now (the trainer's RankRunner::warmTopologies says why). By default one run; an
-  // algorithm that keeps several instances per buffer runs each.
-  virtual void warm(std::span<float> data) { run(data); }
+  // Before training, on every rank in the same order: whatever the algorithm sets up per buffer
+  // (allocates, zeroes, registers with its peers) done now, without moving data (the trainer's
+  // RankRunner::warmTopologies says why). By default nothing: the ring and hierarchical register
+  // an unbound buffer on first use, which costs microseconds.
+  virtual void warm(std::span<float> data) { (void)data; }
 };
 
 // Ring reduce-scatter + allgather over unbound buffers, pipelined in segments (ours, not Gloo's

@@ -33,11 +33,15 @@ class BcubeAllreduce final : public AllreduceAlgorithm {
     staging_.resize(min_elements_);
   }
 
-  // Both instances of the ping-pong pair: the first run of each was 0.4 s slower than later ones
-  // (4 ranks, 12 MiB buckets), and the second instance first runs in the step after the first.
+  // Both instances of the ping-pong pair, built: Gloo's constructor registers the buffers with
+  // each peer, but only reserves its receive buffers, so the first run of each still faults
+  // them in (RankRunner::warmTopologies has the figures).
   void warm(std::span<float> data) override {
-    run(data);
-    run(data);
+    if (context_->size == 1 || data.empty()) return;
+    if (data.size() < min_elements_)
+      pingPongFor(staging_.data(), staging_.size());
+    else
+      pingPongFor(data.data(), data.size());
   }
 
   void run(std::span<float> data) override {
@@ -64,15 +68,19 @@ class BcubeAllreduce final : public AllreduceAlgorithm {
   };
 
   void runBound(float* ptr, size_t count) {
-    auto& pp = cache_.get(ptr, count, [&] {
+    PingPong& pp = pingPongFor(ptr, count);
+    pp.instance[pp.next]->run();
+    pp.next ^= 1;
+  }
+
+  PingPong& pingPongFor(float* ptr, size_t count) {
+    return cache_.get(ptr, count, [&] {
       auto p = std::make_unique<PingPong>();
       for (auto& i : p->instance)
         i = std::make_unique<gloo::AllreduceBcube<float>>(context_, std::vector<float*>{ptr},
                                                           static_cast<int>(count));
       return p;
     });
-    pp.instance[pp.next]->run();
-    pp.next ^= 1;
   }
 
   std::shared_ptr<gloo::Context> context_;

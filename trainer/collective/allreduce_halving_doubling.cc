@@ -16,16 +16,26 @@ class HalvingDoublingAllreduce final : public AllreduceAlgorithm {
 
   void run(std::span<float> data) override {
     if (context_->size == 1 || data.empty()) return;
-    // The Gloo class binds the pointer and allocates a receive buffer the size of the data, so
-    // it is built once per buffer and kept (a few buffers at most).
-    auto& algorithm = cache_.get(data.data(), data.size(), [&] {
-      return std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
-          context_, std::vector<float*>{data.data()}, static_cast<int>(data.size()));
-    });
-    algorithm.run();
+    algorithmFor(data).run();
+  }
+
+  // Gloo's constructor does all the per-buffer set-up (the receive buffer, zeroed, and the send
+  // and receive buffers registered with each peer); its run() only moves data.
+  void warm(std::span<float> data) override {
+    if (context_->size == 1 || data.empty()) return;
+    algorithmFor(data);
   }
 
  private:
+  // The Gloo class binds the pointer and allocates a receive buffer the size of the data, so it
+  // is built once per buffer and kept (a few buffers at most).
+  gloo::AllreduceHalvingDoubling<float>& algorithmFor(std::span<float> data) {
+    return cache_.get(data.data(), data.size(), [&] {
+      return std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
+          context_, std::vector<float*>{data.data()}, static_cast<int>(data.size()));
+    });
+  }
+
   std::shared_ptr<gloo::Context> context_;
   // One entry per gradient bucket (--allreduce-buckets, at most 8), so none is rebuilt per step.
   BufferCache<gloo::AllreduceHalvingDoubling<float>> cache_{8};

@@ -49,11 +49,11 @@ class Communicator {
 
   // In-place sum across ranks; no allocation per call once buffers are sized.
   virtual void allreduce(std::span<float> data, Topology topology) = 0;
-  // Before training: sets `topology` up for this buffer (an allreduce of it, or more where the
-  // algorithm keeps several instances per buffer), so that its first use in a step costs what
-  // later ones do. Every rank calls it with the same buffers in the same order; the buffer's
-  // contents are summed.
-  virtual void warm(std::span<float> data, Topology topology) { allreduce(data, topology); }
+  // Before training: sets `topology` up for this buffer (what its algorithm allocates and
+  // registers per buffer) without moving data, so that its first use in a step costs what later
+  // ones do. Every rank calls it with the same buffers in the same order; the buffer's contents
+  // are neither read nor written. By default nothing (NCCL sets itself up).
+  virtual void warm(std::span<float> data, Topology topology) { (void)data, (void)topology; }
   virtual void broadcast(std::span<uint8_t> data, int root) = 0;
   virtual void barrier() = 0;
   // How the hierarchical topology's node stage runs on this rank: "shm", "tcp", "tcp (shared

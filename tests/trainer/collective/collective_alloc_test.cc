@@ -65,9 +65,10 @@ TEST(CollectiveAlloc, RingAllocatesOnlyGlooMessageBookkeeping) {
 }
 
 // Communicator::warm sets a topology up for a buffer before training (the trainer does it for
-// every topology when it may switch). Gloo's halving-doubling and bcube build their buffers per
-// user buffer on its first use (bcube two instances, used in turn): on a warmed buffer the first
-// calls allocate nothing, as later ones, where the first calls on a buffer not warmed do. (The
+// every topology when it may switch), without moving data: the buffer's contents stay as they
+// were. Gloo's halving-doubling and bcube build their buffers per user buffer on its first use
+// (bcube two instances, used in turn): on a warmed buffer the first calls allocate nothing, as
+// later ones, where the first calls on a buffer not warmed do. (The
 // ring and hierarchical set up when connecting; their calls allocate only Gloo's per-message
 // bookkeeping, which varies by a few from call to call.)
 TEST(CollectiveAlloc, AWarmedBuffersFirstCallsSetNothingUp) {
@@ -78,9 +79,9 @@ TEST(CollectiveAlloc, AWarmedBuffersFirstCallsSetNothingUp) {
     runRanks(
         int(node_of.size()),
         [&](int, Communicator& comm) {
-          std::vector<float> warmed(200003, 0.0f), cold(200003, 0.0f);
+          std::vector<float> warmed(200003, 3.0f), cold(200003, 0.0f);
           comm.warm(warmed, topology);
-          ASSERT_EQ(warmed[12345], 0.0f);  // zeros summed
+          ASSERT_EQ(warmed[12345], 3.0f);  // nothing summed
           auto count = [&](std::vector<float>& data, std::atomic<long>& into) {
             t_allocations = 0;
             for (int i = 0; i < 2; ++i) {  // two: bcube's instances run in turn
