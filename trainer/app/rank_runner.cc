@@ -16,16 +16,14 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/hmac.h"
 #include "common/wire_format.h"
 #include "trainer/app/nccl_environment.h"
+#include "trainer/app/rank_runner_impl.h"
 #include "trainer/collective/communicator.h"
 #include "trainer/collective/gradient_buckets.h"
 #include "trainer/collective/rendezvous.h"
 #include "trainer/control/config_sync.h"
-#include "trainer/control/control_receiver.h"
 #include "trainer/control/ring_probe.h"
-#include "trainer/control/verifier.h"
 #include "trainer/launcher/launcher.h"
 #include "trainer/model/checkpoint.h"
 #include "trainer/model/dataset.h"
@@ -40,7 +38,6 @@
 #endif
 
 namespace bpftrain::trainer::app {
-namespace {
 
 // Bit t set: Topology t runs over `transport` (every one today; see topologyUnsupported).
 uint32_t runnableTopologies(const std::string& transport) {
@@ -49,6 +46,8 @@ uint32_t runnableTopologies(const std::string& transport) {
     if (collective::topologyUnsupported(Topology(t), transport).empty()) topologies |= 1u << t;
   return topologies;
 }
+
+namespace {
 
 // Which ranks share a host, from hostnames exchanged through the rendezvous store: node index per
 // rank (in order of first appearance). Used when no launcher or --node-of said so.
@@ -74,140 +73,9 @@ std::vector<int> nodesFromHostnames(const Options& o, const std::string& prefix)
   return node_of;
 }
 
-using Clock = std::chrono::steady_clock;
+}  // namespace
+
 using wire::MetricId;
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// The test and benchmark hooks, in one place so run() reads as the training loop:
-//   --switch-every K --switch-seed S  rank 0 draws a topology and pinning every K steps into the
-//                                      same decision path as the controller's (a DecisionSource);
-//   --overhead-ab K                   blocks of K steps alternate telemetry + decision delivery off
-//                                      and on; per-step times of both halves, medians at the end;
-//   --sync tail|broadcast             pins how config words travel (auto otherwise).
-class RunHooks {
- public:
-  RunHooks(const Options& o, uint64_t start_step)
-      : delivery_(control::kDeliveryNames.parse(o.sync).value_or(control::Delivery::kAuto)),
-        overhead_ab_(uint64_t(std::max(o.overhead_ab, 0))),
-        start_step_(start_step) {
-    if (o.switch_every > 0)
-      draws_.emplace(o.switch_every, o.switch_seed, runnableTopologies(o.transport));
-    if (overhead_ab_ > 0) {
-      on_.reserve(o.steps);
-      off_.reserve(o.steps);
-    }
-  }
-
-  control::Delivery delivery() const { return delivery_; }
-  bool fixedSchedule() const { return draws_.has_value(); }
-  control::DecisionSource* draws() { return draws_ ? &*draws_ : nullptr; }
-  // Off blocks of an A/B run send no telemetry and collect no decisions; otherwise always on.
-  bool featuresOn(uint64_t step) const {
-    return overhead_ab_ == 0 || ((step - start_step_) / overhead_ab_) % 2 == 1;
-  }
-  void recordStep(bool features_on, double step_seconds) {
-    if (overhead_ab_ > 0) (features_on ? on_ : off_).push_back(step_seconds);
-  }
-  void report(int rank) {
-    if (overhead_ab_ == 0) return;
-    const double on = median(on_), off = median(off_);
-    std::printf(
-        "bpftrain-train: rank %d: overhead_ab median step off %.6f s on %.6f s "
-        "overhead %+.2f%% (%zu/%zu steps)\n",
-        rank, off, on, off > 0 ? (on / off - 1) * 100 : 0.0, off_.size(), on_.size());
-  }
-
- private:
-  static double median(std::vector<double>& v) {
-    if (v.empty()) return 0.0;
-    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  }
-
-  control::Delivery delivery_;
-  uint64_t overhead_ab_;
-  uint64_t start_step_;
-  std::optional<control::SwitchDraws> draws_;
-  std::vector<double> on_, off_;
-};
-
-// Sums over the steps this run trained, for the closing line.
-struct StepTotals {
-  double step_s = 0, compute_s = 0, allreduce_s = 0;
-};
-
-class RankRunner {
- public:
-  explicit RankRunner(const Options& o) : o_(o) {}
-  int run();
-
- private:
-  void setUpModel();
-  void connect();
-  void startTelemetry();
-  void startControl();
-  void maybeResume();
-  void applyPinning(PinMode mode);
-  void refreshThreads();
-  void reportControlDrops();
-  void syncAtBoundary(uint64_t step, bool features_on);
-  void broadcastWord(uint64_t step, std::span<uint8_t, control::kSyncWordBytes> word);
-  // bucket > 0: applied inside the step, after that many of its gradient buckets.
-  void applySwitch(const control::Switch& s, uint64_t step, size_t bucket = 0);
-  void publishConfig();
-  // The ring probe's seconds (control/ring_probe.h), or -1 when this step ran none.
-  double ringProbe(uint64_t step, bool features_on);
-  void warmTopologies();
-  void afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s,
-                 double ring_probe_s);
-  void checkpoint(uint64_t step_done);
-  void report(uint64_t end_step, const StepTotals& totals);
-  // The step's model operations: on the GPU model for --backend nccl, else the CPU Mlp.
-  float computeGradients(uint64_t step);
-  void allreduceGradients(uint64_t step, bool features_on);
-  void applyGradients(float grad_scale);
-  double testAccuracy();
-  void copyModelToHost();    // the GPU model's parameters and momentum into model_ (checkpoints)
-  void copyModelToDevice();  // model_'s (He init or a resumed checkpoint) onto the GPU
-  void setUpNccl(const collective::CommOptions& co);
-  std::string topologyLabel(Topology t) const;
-  const control::ConfigWord& config() const { return sync_->config(); }
-  void log(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
-  const Options& o_;
-  std::optional<model::Split> split_;
-  std::optional<model::Sharder> sharder_;
-  std::unique_ptr<model::Mlp> model_;
-  std::unique_ptr<collective::Communicator> comm_;
-  std::optional<collective::GradientBuckets> buckets_;  // --allreduce-buckets (Gloo)
-#ifdef BPFTRAIN_WITH_NCCL_BACKEND
-  NcclCommunicator* nccl_ = nullptr;  // comm_ when --backend nccl
-  // --backend nccl trains here; model_ stays the host copy (initial bits, checkpoints, pinning).
-  std::unique_ptr<gpu::GpuMlp> gpu_;
-#endif
-  std::unique_ptr<pinning::Pinner> pinner_;
-  std::unique_ptr<telemetry::Emitter> emitter_;
-  std::unique_ptr<control::Verifier> verifier_;
-  std::unique_ptr<control::ControlReceiver> receiver_;
-  std::optional<control::ReceiverSource> decisions_;
-  std::optional<RunHooks> hooks_;
-  std::optional<control::ConfigSync> sync_;
-  control::ConfigWord resumed_config_;  // from the command line, or the checkpoint resumed
-  uint64_t start_step_ = 0;
-  uint64_t checkpoint_failures_ = 0;
-  uint64_t control_drops_reported_ = 0;
-  int local_rank_ = 0, local_world_ = 1;
-  double loss_ = 0;
-  Clock::time_point last_slow_probe_;
-  std::vector<float> ring_probe_;  // --adaptive on Gloo: the probe's buffer, else empty
-  uint64_t ring_probes_ = 0;
-  double ring_probe_s_ = 0;  // summed, for the closing line
-  uint64_t broadcasts_ = 0;  // boundary and bucket syncs by broadcast
-  double broadcast_s_ = 0;   // summed, for the closing line
-  std::set<pid_t> compute_tids_;
-  std::vector<pid_t> known_tids_;
-};
 
 void RankRunner::log(const char* fmt, ...) {
   if (o_.quiet) return;
@@ -456,48 +324,6 @@ void RankRunner::maybeResume() {
       model::checkpointPath(o_.checkpoint_dir, step).c_str(), start_step_, resumed_config_.epoch);
 }
 
-// Decision delivery (control/config_sync.h) and where its decisions come from: on rank 0 the
-// verified control socket (--adaptive) and the --switch-every draws.
-void RankRunner::startControl() {
-  hooks_.emplace(o_, start_step_);
-  control::SyncOptions so;
-  so.rank = o_.rank;
-  so.delivery = hooks_->delivery();
-  so.adaptive = o_.adaptive;
-  so.fixed_schedule = hooks_->fixedSchedule();
-  so.duration_s = o_.duration_s;
-  so.buckets = buckets_->size();
-  sync_.emplace(so, resumed_config_);
-  if (o_.rank != 0) return;
-  if (o_.adaptive) {
-    std::string error;
-    auto secret = readSecretFile(o_.secret_file, error);
-    if (!secret) throw std::runtime_error("--secret " + o_.secret_file + ": " + error);
-    verifier_ = std::make_unique<control::Verifier>(o_.job, *secret, config().epoch);
-    receiver_ = std::make_unique<control::ControlReceiver>(o_.control, *verifier_);
-    log("control listening on %s (port %u)", o_.control.c_str(), unsigned(receiver_->port()));
-    decisions_.emplace(
-        *receiver_, *verifier_,
-        [this](const control::Decision& d) {
-          log("decision epoch %" PRIu64 " arrived at %" PRIu64 " ns", d.config.epoch, d.arrival_ns);
-        },
-        [this](uint64_t rejected) {
-          if (emitter_) emitter_->addCounter(MetricId::kControlRejected, double(rejected));
-        },
-        // NCCL runs its own algorithms: a Gloo topology cannot be switched to there.
-        o_.backend == "nccl" ? 1u << unsigned(config().topology) : runnableTopologies(o_.transport),
-        [this](const control::Decision& d) {
-          log("decision epoch %" PRIu64 " refused: %s; the job keeps topology %s", d.config.epoch,
-              o_.backend == "nccl"
-                  ? "--backend nccl runs NCCL's algorithms (steered by --nccl-control)"
-                  : collective::topologyUnsupported(d.config.topology, o_.transport).c_str(),
-              topologyLabel(config().topology).c_str());
-        });
-    sync_->addSource(*decisions_);
-  }
-  if (control::DecisionSource* draws = hooks_->draws()) sync_->addSource(*draws);
-}
-
 void RankRunner::startTelemetry() {
   if (o_.collector == "none") return;
   telemetry::EmitterOptions eo;
@@ -513,116 +339,6 @@ void RankRunner::startTelemetry() {
     log("allreduce metrics come from the NCCL profiler plugin (per collective); this rank "
         "reports its step times only");
   emitter_ = std::make_unique<telemetry::Emitter>(eo);
-}
-
-void RankRunner::publishConfig() {
-  if (!emitter_) return;
-  emitter_->setGauge(MetricId::kConfigEpoch, double(config().epoch));
-  emitter_->setGauge(MetricId::kTopology, double(uint8_t(config().topology)));
-  emitter_->setGauge(MetricId::kPinning, double(uint8_t(config().pinning)));
-}
-
-// Every rank runs this at the same step (and bucket) with the same switch.
-void RankRunner::applySwitch(const control::Switch& s, uint64_t step, size_t bucket) {
-  if (s.to.pinning != s.from.pinning) applyPinning(s.to.pinning);
-  const uint64_t applied = realtimeNowNs();
-  publishConfig();
-  const std::string arrived =
-      s.arrival_ns ? " (arrived " + std::to_string(s.arrival_ns) + " ns)" : "";
-  const std::string where = bucket > 0 ? " mid-step, after bucket " + std::to_string(bucket) +
-                                             " of " + std::to_string(buckets_->size())
-                                       : "";
-  log("applied epoch %" PRIu64 " at step %" PRIu64 ": topology %s pinning %s at %" PRIu64 " ns%s%s",
-      s.to.epoch, step, std::string(topologyName(s.to.topology)).c_str(),
-      std::string(pinModeName(s.to.pinning)).c_str(), applied, arrived.c_str(), where.c_str());
-}
-
-// At a step boundary, before compute: the configuration the last allreduce carried, then (with
-// broadcast delivery, at spaced boundaries) rank 0's word by broadcast.
-void RankRunner::syncAtBoundary(uint64_t step, bool features_on) {
-  if (auto s = sync_->beginStep()) applySwitch(*s, step);
-  if (!sync_->broadcastDue(step, features_on)) return;
-  uint8_t word[control::kSyncWordBytes];
-  broadcastWord(step, word);
-  if (auto s = sync_->readBroadcast(step, word)) applySwitch(*s, step);
-}
-
-// A boundary or bucket sync: rank 0's word (collected afresh) to every rank by broadcast.
-void RankRunner::broadcastWord(uint64_t step, std::span<uint8_t, control::kSyncWordBytes> word) {
-  const auto t0 = Clock::now();
-  sync_->writeBroadcast(step, t0, word);
-  comm_->broadcast(word, 0);
-  ++broadcasts_;
-  broadcast_s_ += seconds(Clock::now() - t0);
-}
-
-// Rank 0's control socket overflowed since the last look (a flood): counted and said, once a
-// second at most; training did not wait for it.
-void RankRunner::reportControlDrops() {
-  const uint64_t drops = receiver_->kernelDrops();
-  if (drops == control_drops_reported_) return;
-  if (emitter_)
-    emitter_->addCounter(MetricId::kControlDropped, double(drops - control_drops_reported_));
-  log("control socket full: the kernel dropped %" PRIu64
-      " datagrams so far (a flood of control frames?); bpftrain_control_dropped_total counts them",
-      drops);
-  control_drops_reported_ = drops;
-}
-
-// When the topology can change during the run (--adaptive, --switch-every) on Gloo: every
-// topology sets each gradient bucket up before step 0 (Communicator::warm: what its algorithm
-// allocates and registers per buffer, without moving data), so that set-up is not paid inside the
-// first step after a switch. Measured (4 ranks, mlp:2048x4, 4 buckets, --switch-every 6, 2
-// cores): the two steps after a first switch to halving-doubling or bcube took 0.76-0.82 s against
-// 0.43-0.46 s after a later one, and the controller judges a trial by those readings (the bandit
-// abandoned a start-up trial of halving-doubling in a clear phase at 170 samples/s against the
-// ring's 663). Halving-doubling's set-up is all in Gloo's constructor (a receive buffer the size
-// of the bucket, zeroed, and its buffers registered with each peer): built here, its first two
-// steps took 0.46-0.50 s. Bcube's constructor reserves its receive buffers without touching
-// them, so its first steps still fault them in (1.0-1.07 s for two, against 0.40-0.59 later):
-// the default policies never pick bcube, and running it here would cost every adaptive job the
-// bucket's allreduces at start-up (6.8 s in all, with the ring's and hierarchical's, for the
-// first version on netlab's throttled loopback) and bcube's memory.
-// The price is memory held from the start: halving-doubling's receive buffers, the gradients'
-// size (+49 MiB a rank on mlp:2048x4). --warm-topologies off leaves it to the first switch.
-void RankRunner::warmTopologies() {
-  if (!comm_ || o_.backend == "nccl" || o_.world == 1 || (!o_.adaptive && o_.switch_every <= 0))
-    return;
-  if (!o_.warm_topologies) {
-    log("--warm-topologies off: a switch's first steps to halving-doubling or bcube set their "
-        "buffers up and cost more than later ones");
-    return;
-  }
-  const auto t0 = Clock::now();
-  const int64_t rss_before = model::residentBytes();
-  const std::span<float> buffer = model_->gradientsWithTail();
-  const uint32_t topologies = runnableTopologies(o_.transport);
-  for (size_t t = 0; t < kTopologyCount; ++t) {
-    if (!(topologies & (1u << t))) continue;
-    for (size_t b = 0; b < buckets_->size(); ++b)
-      comm_->warm(buckets_->data(buffer, b), Topology(t));
-  }
-  const int64_t rss_after = model::residentBytes();
-  const double grown_mib =
-      rss_before >= 0 && rss_after >= 0 ? double(rss_after - rss_before) / (1 << 20) : -1;
-  log("every topology set up for each of the %zu gradient buckets in %.2f s, so that a switch's "
-      "first steps do not pay it; resident set %+.0f MiB (--warm-topologies off leaves both to "
-      "the first switch)",
-      buckets_->size(), seconds(Clock::now() - t0), grown_mib);
-}
-
-// Under --adaptive on Gloo, at spaced step boundaries (control/ring_probe.h): the same steps on
-// every rank, since the step and the topology running at the boundary are the same everywhere.
-double RankRunner::ringProbe(uint64_t step, bool features_on) {
-  if (ring_probe_.empty() || !features_on || step == start_step_ ||
-      !control::ringProbeDue(step, config().topology, true))
-    return -1;
-  const auto t0 = Clock::now();
-  comm_->allreduce(ring_probe_, Topology::kRing);
-  const double s = seconds(Clock::now() - t0);
-  ++ring_probes_;
-  ring_probe_s_ += s;
-  return s;
 }
 
 void RankRunner::afterStep(uint64_t step, bool features_on, double step_s, double allreduce_s,
@@ -796,8 +512,6 @@ void RankRunner::report(uint64_t end_step, const StepTotals& totals) {
   hooks_->report(o_.rank);
   std::fflush(stdout);
 }
-
-}  // namespace
 
 int runRank(const Options& options) {
   try {
