@@ -243,14 +243,24 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
   // Start-up tries no arm while the job's level still rises (warmup_steps), unless a change
   // came in it or the ring starts on congested links (nothing to wait for: a throttled ring
   // runs at a third of hierarchical).
-  warming_up_ = steps_ <= config_.warmup_steps && changes_detected_ == 0 &&
-                !(config_.arms[size_t(cur)].topology == Topology::kRing && f.has_links &&
-                  stint_steps_ >= 3 && worstLink(f) >= 0);
+  const bool start_look_congested = steps_ <= config_.warmup_steps && changes_detected_ == 0 &&
+                                    config_.arms[size_t(cur)].topology == Topology::kRing &&
+                                    f.has_links && stint_steps_ >= 3 && worstLink(f) >= 0;
+  warming_up_ = steps_ <= config_.warmup_steps && changes_detected_ == 0 && !start_look_congested;
   link_changed_ = false;
-  if (!trial_ && !changed && linkChange(f, size_t(cur))) {
+  // A ring that starts on congested links (never seen clear, congested on link_change_steps
+  // looks in a row) is a link change from the start: hierarchical first, the flat arms held back
+  // while the same-host links read congested, the ring's way back judged by the ring probe.
+  // Before, start-up explored every arm in turn once the ring's own readings made a reference
+  // (12 of them in 1.3 s steps): on netlab with lo at 500 Mbit/s from the start it tried
+  // hierarchical 10-11.6 s in, then halving-doubling on the throttled links.
+  start_congested_looks_ = start_look_congested && !link_clear_ ? start_congested_looks_ + 1 : 0;
+  const bool starts_congested = start_congested_looks_ >= std::max(1, config_.link_change_steps);
+  if (!trial_ && !changed && (starts_congested || linkChange(f, size_t(cur)))) {
     changed = link_changed_ = true;
     changed_link_ = worstLink(f);
-    change_why = std::string(linkName(Link(changed_link_))) + " link";
+    change_why = std::string(linkName(Link(changed_link_))) +
+                 (starts_congested ? " link congested from the start" : " link");
   }
   if (changed) noteChange(f, size_t(cur), settle_steps, changed_up);
   ring_probe_verdict_ = RingProbeJudge::Verdict::kNone;

@@ -216,9 +216,10 @@ class BanditPolicy final : public Policy {
   int resumed_obs_ = 0;
   double stint_mean_ = 0;
   double ph_up_ = 0, ph_down_ = 0;
-  int link_steps_ = 0;          // consecutive steps with a congested link on the ring
-  bool link_clear_ = false;     // the stint's links were judged clear at least once
-  std::optional<Trial> trial_;  // decided, running or being measured
+  int link_steps_ = 0;             // consecutive steps with a congested link on the ring
+  bool link_clear_ = false;        // the stint's links were judged clear at least once
+  int start_congested_looks_ = 0;  // start-up looks in a row with the ring's links congested
+  std::optional<Trial> trial_;     // decided, running or being measured
   // Back from a lost trial, the incumbent's stint goes on where it was left (the arm, and its
   // change state then) rather than starting afresh: a change that began during the trial is
   // then seen against the level before it. A fresh stint took the throttled readings as its

@@ -135,10 +135,13 @@ struct Move {
 // (its same-host chunks over the same links), at this many samples/s clear and 0.3x it congested;
 // otherwise it runs as hierarchical does. `ring_settling`: the ring's samples/s for its first 3 s
 // after a switch to it, as a fraction of its level (netlab's ring read low after hierarchical).
+// `probes_on_ring` false: no rounds while the ring runs (the trainer probes only every 16 steps
+// there, so a job that climbs in its first steps has none).
 std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, bool probe = true,
                             double after_s = 0.004,
                             const std::function<double(double)>& hierarchical = {},
-                            double halving_doubling_clear = 0, double ring_settling = 1) {
+                            double halving_doubling_clear = 0, double ring_settling = 1,
+                            bool probes_on_ring = true) {
   std::vector<Move> out;
   Topology cur = Topology::kRing;
   FeatureExtractor ex("j");
@@ -157,7 +160,7 @@ std::vector<Move> intraHost(Policy& p, double seconds, double from, double to, b
                        : 400;
     if (ring || hd_flat) j.same_host = {congested ? 9e-3 : 0.2e-3, congested ? 33e-3 : 1.5e-3, 6e6};
     j.other_host = {ring || hd_flat ? 1.3e-3 : 6e-3, ring || hd_flat ? 6.5e-3 : 14e-3, 6e6};
-    if (probe) {
+    if (probe && (probes_on_ring || !ring)) {
       const int64_t at = ns / kProbeEveryNs * kProbeEveryNs;
       const double at_s = double(at) * 1e-9;
       j.ring_probe_s = at_s >= from && at_s < to ? 0.020 : at_s >= to ? after_s : 0.004;
@@ -196,6 +199,76 @@ TEST(RingProbeWayBack, StepsBackOnTheDropWhenTheClearLevelRose) {
   EXPECT_EQ(moves[1].to, Topology::kRing);
   EXPECT_EQ(moves[1].reason, "clear");
   EXPECT_LE(moves[1].t, 70.0 + 2 * 1.2 + 0.5);
+}
+
+// A job that starts on congested same-host links climbs before the ring probe ever read them
+// clear: no clear level. Its rounds are judged against their level since the move: held there,
+// no re-probe; the lift's drop steps back. Before, such rounds gave no verdict, and the rules
+// re-probed the throttled ring on their timer (netlab, lo at 500 Mbit/s from the start: 8 s
+// after the climb, and again).
+TEST(RingProbeWayBack, AJobThatStartsCongestedIsJudgedOnTheLevelSinceTheMove) {
+  RulesPolicy p;
+  const auto moves = intraHost(p, 70, 0, 40, true, 0.004, {}, 0, 1, false);
+  for (const Move& m : moves)
+    std::printf("%.1f s: %s (%s) %s\n", m.t, topologyName(m.to).data(), m.reason.c_str(),
+                m.detail.c_str());
+  ASSERT_EQ(moves.size(), 2u) << "up once, back once: no re-probe while the rounds hold";
+  EXPECT_EQ(moves[0].to, Topology::kHierarchical);
+  EXPECT_LE(moves[0].t, 4.0);
+  EXPECT_EQ(moves[1].to, Topology::kRing);
+  EXPECT_EQ(moves[1].reason, "clear");
+  EXPECT_NE(moves[1].detail.find("no clear level yet"), std::string::npos) << moves[1].detail;
+  EXPECT_GE(moves[1].t, 40.0);
+  EXPECT_LE(moves[1].t, 40.0 + 2 * 1.2 + 0.5);
+}
+
+// The bandit on the same start: the congested links are a change from the start, hierarchical
+// is tried first and halving-doubling held back; the ring comes back on the probe's drop.
+TEST(RingProbeWayBack, TheBanditOnAJobThatStartsCongested) {
+  BanditPolicy p;
+  const auto moves = intraHost(p, 70, 0, 40, true, 0.004, {}, 0, 1, false);
+  for (const Move& m : moves)
+    std::printf("%.1f s: %s (%s) %s\n", m.t, topologyName(m.to).data(), m.reason.c_str(),
+                m.detail.c_str());
+  ASSERT_GE(moves.size(), 2u);
+  EXPECT_EQ(moves[0].to, Topology::kHierarchical);
+  EXPECT_EQ(moves[0].reason, "change_detected");
+  EXPECT_LE(moves[0].t, 4.0);
+  for (const Move& m : moves) {
+    if (m.t >= 40) break;
+    EXPECT_NE(m.to, Topology::kHalvingDoubling) << m.t << " s: " << m.detail;
+    EXPECT_FALSE(m.to == Topology::kRing && m.t > 1) << m.t << " s: " << m.detail;
+  }
+  bool back = false;
+  for (const Move& m : moves) back = back || (m.to == Topology::kRing && m.t >= 40 && m.t < 43);
+  EXPECT_TRUE(back) << "the ring probe's way back at the lift";
+}
+
+// Without the ring's clear level, rounds count from the third since the move (the level): the
+// first two say nothing, a hold is congested, two drops in a row clear.
+TEST(RingProbeJudge, WithoutAClearLevelTheLevelSinceTheMoveJudges) {
+  using V = RingProbeJudge::Verdict;
+  RingProbeJudge j;
+  std::string why;
+  auto round = [](double ms, int64_t at) {
+    Features f;
+    f.ring_probe = {.seconds = ms * 1e-3, .at_ns = at};  // ratio 0: no clear level
+    return f;
+  };
+  int64_t t = 0;
+  EXPECT_EQ(j.update(round(19, t), t, why), V::kNone);
+  t += kStepNs;
+  EXPECT_EQ(j.update(round(21, t), t, why), V::kNone);
+  t += kStepNs;
+  EXPECT_EQ(j.update(round(18, t), t, why), V::kNone) << "the third makes the level";
+  t += kStepNs;
+  EXPECT_EQ(j.update(round(17, t), t, why), V::kCongested);
+  EXPECT_NE(why.find("no clear level yet"), std::string::npos) << why;
+  t += kStepNs;
+  j.update(round(6, t), t, why);
+  t += kStepNs;
+  EXPECT_EQ(j.update(round(5, t), t, why), V::kClear);
+  EXPECT_NE(why.find("its 19.0 ms since the move"), std::string::npos) << why;
 }
 
 TEST(RingProbeWayBack, WithoutTheProbeTheWayBackIsAReprobe) {
