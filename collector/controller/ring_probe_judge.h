@@ -19,6 +19,10 @@
 // (0.6) and the throttled rounds' spread: early in a phase the level is the median of a few
 // rounds, and there f29a's throttled rounds read 0.65-0.7x it.
 //
+// Without the ring's clear level (a job that started on congested links climbed before the ring
+// probed them clear: `ratio` 0) only the level since the move judges: a drop clears, a hold is
+// congested, and the first min_congested_rounds rounds say nothing.
+//
 // Calibrated for the same-host links only: with host1's uplink at 2 Gbit/s the probe read
 // 0.8-4.8x its clear level (1.5 MiB a hop crosses the throttled uplink in a few ms, within the
 // clear spread). So the policies ask it about a same-host congestion only; an uplink's way back
