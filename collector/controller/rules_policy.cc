@@ -9,6 +9,9 @@
 namespace bpftrain::collector::controller {
 namespace {
 
+// The calm level's smoothing per window step (~5 s at 500 ms steps).
+constexpr double kCalmAlpha = 0.1;
+
 // The escalation ladder. Bcube sends the same bytes across hosts as halving-doubling, so it
 // sits on the same rung.
 int levelOf(Topology t) {
@@ -228,12 +231,19 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   }
   // (Not while a pinning signal holds: its cost is judged against the level before it.)
   if (wanted <= level && f.samples_per_s_window > 0 && !slow && pin_since_ns_ < 0) {
-    constexpr double kCalmAlpha = 0.1;  // ~5 s at 500 ms steps
+    // An EWMA (~5 s at 500 ms steps) that starts as the mean of its first readings since the
+    // move: seeded with the first one alone, it kept a window that still held the rung left for
+    // seconds. f34a rules r0 (five-phase, 2026-12-07): the 1 s window right after the uplink's
+    // climb still held the ring's steps from before the onset (718 samples/s), hierarchical ran
+    // 361-392, and 10 s later its calm level read 486, so cpu+llc migrations (1146/s, as always
+    // on hierarchical) read as "costing throughput" and a compact trial cost 4 s at -25%.
+    calm_readings_ = calm_samples_ <= 0 ? 1 : calm_readings_ + 1;
+    const double weight = std::max(kCalmAlpha, 1.0 / calm_readings_);
     calm_samples_ = calm_samples_ <= 0
                         ? f.samples_per_s_window
-                        : calm_samples_ + kCalmAlpha * (f.samples_per_s_window - calm_samples_);
+                        : calm_samples_ + weight * (f.samples_per_s_window - calm_samples_);
     calm_share_ = calm_share_ < 0 ? f.allreduce_share
-                                  : calm_share_ + kCalmAlpha * (f.allreduce_share - calm_share_);
+                                  : calm_share_ + weight * (f.allreduce_share - calm_share_);
   }
   if (slowdown_retry_ns_ < 0) slowdown_retry_ns_ = config_.slowdown_retry_after.count();
 
@@ -478,6 +488,8 @@ void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int
       calm_samples_ = levelOf(d.to.topology) < level && !ascent_failed
                           ? samples_ewma_ / config_.congestion_throughput_fraction
                           : -1;
+      // That bar is no reading: it fades as the EWMA does, not as a mean's first term.
+      calm_readings_ = calm_samples_ > 0 ? int(1 / kCalmAlpha) : 0;
       // Each rung has its own share of time in the allreduce; back from a failed slowdown
       // probe, the slow level is the lower rung's calm one (rebuilt from the next steps).
       calm_share_ = -1;

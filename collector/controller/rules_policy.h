@@ -143,11 +143,11 @@ class RulesPolicy final : public Policy {
   int64_t pin_blocked_until_ns_ = -1;
   double samples_ewma_ = -1, pin_signal_ewma_[kPinModeCount] = {};
   double samples_dev_ewma_ = 0;  // mean absolute deviation of samples/s from samples_ewma_
-  double calm_samples_ = -1;
-  int react_looks_ = 0;    // consecutive looks between steps that found farPast() (react())
-  int signal_steps_ = 0;   // consecutive steps whose signal asks for a higher rung  // this rung's
-                           // smoothed samples/s while not congested
-  int trigger_link_ = -1;  // the link class whose signal made the last step up (-1: none)
+  double calm_samples_ = -1;     // this rung's smoothed samples/s while not congested
+  int calm_readings_ = 0;        // readings in calm_samples_ since the move (decide())
+  int react_looks_ = 0;          // consecutive looks between steps that found farPast() (react())
+  int signal_steps_ = 0;         // consecutive steps whose signal asks for a higher rung
+  int trigger_link_ = -1;        // the link class whose signal made the last step up (-1: none)
   int64_t reprobe_ns_ = -1;  // the current re-probe interval (reprobe_after, doubled on failure)
   // The wait before re-probing the lower rung: reprobe_ns_, or longer while what the lower rung
   // could win back does not repay a failed probe (RulesConfig::reprobe_payback). Sets `why`.

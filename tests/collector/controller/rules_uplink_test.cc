@@ -236,5 +236,41 @@ TEST(RulesPolicy, AfterAFalseRiseTheLiftsLargerRiseStillReprobes) {
   EXPECT_EQ(sw.back().to.topology, Topology::kRing);
 }
 
+// Hierarchical's calm level after the uplink's climb starts as the mean of its readings, not as
+// the first one: f34a rules r0 (five-phase, 2026-12-07) read the 1 s window right after the climb
+// with the ring's steps from before the onset still in it (718 samples/s against hierarchical's
+// 361-392), the calm level seeded there still read 486 ten seconds later, and hierarchical's
+// usual cpu+llc migrations (1146/s) then read as costing throughput: a compact trial, -25%.
+TEST(RulesPolicy, TheCalmLevelAfterAClimbIsNotTheWindowBeforeIt) {
+  RulesPolicy p;
+  std::vector<Switch> out;
+  Arm cur;
+  FeatureExtractor ex("j");
+  double climbed = -1;
+  for (int64_t ns = 0; ns <= 70'000'000'000; ns += kStepNs) {
+    const double t = double(ns) * 1e-9;
+    const bool throttled = t >= 30;
+    JobState j = uplinkModel(throttled ? Phase::kUplinkHidden : Phase::kClear, cur, 0.25);
+    if (cur.topology == Topology::kHierarchical)
+      j.samples_per_s_per_rank = t - climbed < 0.6 ? 500 : 300;  // the window before, then its own
+    j.topology = int(cur.topology);
+    j.pinning = int(cur.pinning);
+    std::vector<SeriesSnapshot> s = snapshotsOf(j);
+    const double migrations = cur.topology == Topology::kHierarchical ? 1146 : 400;
+    s.push_back(counter("bpftrain_migrations", {{"job", "j"}, {"rank", "0"}, {"scope", "cpu"}},
+                        migrations));
+    const Decision d = p.decide(ex.update(s, ns), cur, ns);
+    if (d.change) {
+      out.push_back({t, d.to, std::string(d.reason), d.detail, d.link});
+      if (d.to.topology == Topology::kHierarchical && cur.topology != d.to.topology) climbed = t;
+      cur = d.to;
+    }
+  }
+  print(out);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out[0].to.topology, Topology::kHierarchical);
+  for (const Switch& s : out) EXPECT_EQ(s.to.pinning, PinMode::kNone) << s.t << " s: " << s.detail;
+}
+
 }  // namespace
 }  // namespace bpftrain::collector::controller
