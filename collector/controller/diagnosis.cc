@@ -89,7 +89,10 @@ const Diagnosis& Diagnoser::update(const Features& f) {
 }
 
 bool Diagnoser::decided(const Features& f, int link) {
-  if (!f.has_steps || !f.has_links || link < 0 || link >= kLinkCount || !f.config_consistent)
+  // Not has_steps: a look between steps (ControllerService::onTick) reads a window too short to
+  // hold a step sample, and a move made there went unnamed: the uplink it left the ring for was
+  // diagnosed 9.5 s later, on the next ring probe (a clean-clone CI rehearsal, 2026-12-07).
+  if (!f.live() || !f.has_links || link < 0 || link >= kLinkCount || !f.config_consistent)
     return false;
   const bool on_ring = f.topology == Topology::kRing;
   Diagnosis d;

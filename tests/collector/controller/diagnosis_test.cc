@@ -152,6 +152,20 @@ TEST(Diagnosis, ALinkTheControllerMovedOnIsNamedAtOnceAndCarried) {
   EXPECT_TRUE(g.carried);
 }
 
+// A look between steps reads a window too short to hold a step sample; the link it moved on is
+// named all the same.
+TEST(Diagnosis, AMoveDecidedBetweenStepsNamesItsLink) {
+  DeliveryRing r;
+  JobState throttled = r.j;
+  throttled.other_host.delivery = 0.1e9;
+  Features look = r.ex.update(snapshotsOf(throttled), r.next());
+  look.has_steps = false;
+  ASSERT_TRUE(look.live());
+  ASSERT_TRUE(r.d.decided(look, int(Link::kOtherHost)));
+  EXPECT_EQ(r.d.last().cause, "congested_link");
+  EXPECT_EQ(r.d.last().link, "other_host:node1") << r.d.last().detail;
+}
+
 // Hierarchical's leaders keep the inter-host RTT at 6 ms: no congestion diagnosis from it; a
 // diagnosis made on the ring before the switch is carried, marked as such.
 TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
