@@ -152,12 +152,6 @@ bool BanditPolicy::otherHostCongested(const Features& f) {
   return f.has_links && linkExcess(f.links[int(Link::kOtherHost)], Link::kOtherHost) >= 1;
 }
 
-// A change the inter-host links showed: its link trigger named them, or they read congested now
-// (a drop seen by throughput on hierarchical, which has no link trigger).
-bool BanditPolicy::interHostChange(const Features& f) const {
-  return (link_changed_ && changed_link_ == int(Link::kOtherHost)) || otherHostCongested(f);
-}
-
 void BanditPolicy::rememberPhase(size_t cur, double reward) {
   const double level = meanReward(cur);
   if (config_.recall_tolerance <= 0 || level <= 0 || reward <= 0 ||
@@ -203,14 +197,12 @@ void BanditPolicy::noteChange(const Features& f, size_t cur, int settle_steps, b
   if (on_way && (!rose || recovery)) {
     if (!rose) dip_level_ = meanReward(cur);
     same_host_congested_ = same_host_congested_ || sameHostCongested(f, cur);
-    other_host_congested_ = other_host_congested_ || (!rose && interHostChange(f));
   } else {
     dip_level_ = 0;
     // A rise is a congestion lifting: the same-host links may still read congested in the
     // window (f31b bandit r0: the lift of lo seen on halving-doubling held the ring back as a
     // flat arm on congested links, and clear-again ran hierarchical at 0.8x the ring).
     same_host_congested_ = !rose && sameHostCongested(f, cur);
-    other_host_congested_ = !rose && interHostChange(f);
     probe_way_back_ = !rose && config_.arms[cur].topology != Topology::kHierarchical &&
                       (same_host_congested_ || !otherHostCongested(f));
     // The way back is re-probed after a drop only. After a rise (an uplink lifting under

@@ -112,8 +112,7 @@ void BanditPolicy::endTrial(bool kept) {
     if (kept) {
       origin_arm_ = -1;  // the way back was found
       dip_level_ = 0;
-      // and the links with it: flat arms are fair again
-      same_host_congested_ = other_host_congested_ = false;
+      same_host_congested_ = false;  // and the same-host links with it: flat arms are fair again
     } else {
       reprobe_ = std::min(2 * reprobe_, config_.max_reprobe_steps);
       left_origin_step_ = steps_;
@@ -290,7 +289,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       if (origin_arm_ == int(arm)) {
         origin_arm_ = -1;  // the way back was found
         dip_level_ = 0;
-        same_host_congested_ = other_host_congested_ = false;
+        same_host_congested_ = false;
       }
       reexploring_ = false;
       return d;
@@ -352,10 +351,9 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
 bool BanditPolicy::heldBack(size_t arm) const {
   // The origin is re-tried by its way back only (the ring probe's verdict, or the timer), even
   // when a later drop (noteChange()) has left it untried; the flat arms also while the ring
-  // probe reads the links they share congested, or the change was an uplink's.
+  // probe reads the links they share congested.
   if (int(arm) == origin_arm_) return true;
-  return (same_host_congested_ || other_host_congested_ ||
-          ring_probe_verdict_ == RingProbeJudge::Verdict::kCongested) &&
+  return (same_host_congested_ || ring_probe_verdict_ == RingProbeJudge::Verdict::kCongested) &&
          config_.arms[arm].topology != Topology::kHierarchical;
 }
 

@@ -180,13 +180,12 @@ class BanditPolicy final : public Policy {
                    int settle_steps, int trial_steps);
   bool sameHostCongested(const Features& f, size_t cur) const;
   // An untried arm left untried after a change: the origin (its way back tries it), and after a
-  // change on the same-host or the inter-host links, or while the ring probe reads the same-host
-  // ones congested, the flat topologies (they would send over those links).
+  // change on the same-host links, or while the ring probe reads them congested, the flat
+  // topologies (they would send over those links).
   bool heldBack(size_t arm) const;
   // Untried arms other than `cur` that the re-exploration would try.
   bool untriedLeft(size_t cur) const;
   static bool otherHostCongested(const Features& f);
-  bool interHostChange(const Features& f) const;
   void resetStint();
   // A stint begun afresh on the arm running: Page-Hinkley's first reading `level`, no settling
   // left (after a change, at the end of start-up, and on an alarm during it).
@@ -254,11 +253,6 @@ class BanditPolicy final : public Policy {
   // The change was seen with a flat topology's same-host links congested: re-explore the arms
   // that keep same-host gradients off TCP (hierarchical) first.
   bool same_host_congested_ = false;
-  // The change was seen with the inter-host links congested: the flat arms send 2-3x
-  // hierarchical's bytes across an uplink (ring 3x, halving-doubling 2x: congest-uplink.json), so
-  // they wait for the way back as after a same-host change. f34a: after the uplink's onset every
-  // bandit run tried the other flat arm, 1.5 s at 290-361 samples/s against hierarchical's 374-387.
-  bool other_host_congested_ = false;
   // The ring probe judges the way back to the origin: set by a drop seen on a flat arm (ring,
   // halving-doubling: same-host chunks over TCP) with the same-host links congested, or with no
   // link class congested yet (halving-doubling's throughput fell before its same-host RTT median

@@ -374,42 +374,6 @@ TEST(BanditPolicy, OnHalvingDoublingAnUplinkIsALinkChangeAndHierarchicalIsTriedF
   EXPECT_EQ(it->to.topology, Topology::kHierarchical);
 }
 
-// After an uplink's onset the flat arms wait for the way back, as after a same-host one: they
-// send 2-3x hierarchical's bytes across the uplink. f34a: every bandit run tried the other flat
-// arm after hierarchical, 1.5 s at 290-361 samples/s against hierarchical's 374-387. Here the
-// ring is the origin and halving-doubling, untried since the change, is never tried in the
-// uplink phase; the ring comes back only as the way back's re-probe.
-TEST(BanditPolicy, AfterAnUplinksOnsetTheFlatArmsWaitForTheWayBack) {
-  namespace rh = rules_harness;
-  BanditPolicy p;
-  auto sw = rh::runOnArm(p, 60, [&](double t, const Arm& a) {
-    const rh::Phase phase = t >= 30 ? rh::Phase::kUplinkHidden : rh::Phase::kClear;
-    const bool hd = a.topology == Topology::kHalvingDoubling;
-    // Halving-doubling's links read as the ring's; it runs between the ring and hierarchical.
-    rh::JobState j = rh::linkModel(phase, hd ? Arm{} : a, true);
-    if (hd) j.samples_per_s_per_rank = phase == rh::Phase::kClear ? 470 : 300;
-    return j;
-  });
-  for (const rh::Switch& s : sw)
-    std::printf("%.1f s: %s (%s: %s)\n", s.t, armName(s.to).c_str(), s.reason.c_str(),
-                s.detail.c_str());
-  auto it = std::find_if(sw.begin(), sw.end(), [](const rh::Switch& s) { return s.t >= 30; });
-  ASSERT_TRUE(it != sw.end());
-  ASSERT_TRUE(it == sw.begin() || std::prev(it)->to.topology == Topology::kRing)
-      << "the clear phase ends on the ring";
-  EXPECT_EQ(it->to.topology, Topology::kHierarchical);
-  EXPECT_EQ(it->link, int(Link::kOtherHost));
-  int reprobes = 0;
-  for (; it != sw.end(); ++it) {
-    EXPECT_NE(it->to.topology, Topology::kHalvingDoubling) << it->t << " s: " << it->detail;
-    if (it->to.topology == Topology::kRing) {
-      EXPECT_NE(it->detail.find("re-probe ring"), std::string::npos) << it->detail;
-      ++reprobes;
-    }
-  }
-  EXPECT_GE(reprobes, 1) << "the way back was never tried";
-}
-
 // f31b bandit r0: a false rise of halving-doubling (the incumbent) just before lo was throttled
 // started a re-exploration; its first trial, the ring, was abandoned at 240 samples/s, and the
 // ring's one reading then beat halving-doubling's throttled 142-172: exploited three times, each
