@@ -1,13 +1,15 @@
 // The closed loop in netlab (root, e2e): 4 ranks of bpftrain-train as 2 hosts x 2, adaptive,
 // steered by bpftrain-collector --control (ingest, windows, BPF probes, ControllerService) with
-// the BPF transport probes. Two scenarios:
+// the BPF transport probes. Three scenarios:
 // - intra-host TCP throttled (TBF on lo in both hosts) 6 s in, under the rules policy: the flat
 //   ring's bus bandwidth collapses and every rank must be on the hierarchical topology (whose node
 //   stage uses shared memory) within the deadline and stay there but for budgeted re-probes;
 // - host1's uplink throttled to 2 Gbit/s and lifted again (five-phase.json's uplink phase),
 //   under each policy: hierarchical after the onset, the diagnosis naming the inter-host link,
 //   and the ring again after the lift (the way back, which hierarchical's own signals do not
-//   show: its leaders' RTT sits around the low thresholds either way).
+//   show: its leaders' RTT sits around the low thresholds either way);
+// - the other order under the rules: every uplink throttled and lifted, then lo inside both
+//   hosts throttled and lifted, each met, diagnosed and left.
 // At the end every rank's parameter hash is identical. The lab and every process are removed
 // even when an assertion fails.
 #include <gtest/gtest.h>
@@ -74,6 +76,39 @@ struct AdaptiveRun {
   }
   double shareAllOn(int topology, int64_t from_ns, int64_t to_ns) const {
     return shareAllOn(std::vector<int>{topology}, from_ns, to_ns);
+  }
+  // One congested phase [onset_ns, lift_ns) and the clear one after it, up to end_ns: how soon
+  // every rank ran one of `climbed` after the onset and which share of the phase they stayed
+  // there, how soon the diagnosis named a congested link whose name starts with `link`, and how
+  // soon after the lift every rank ran one of `way_back` and the share of the clear phase there.
+  // A time is -1 where it never came.
+  struct PhaseVerdict {
+    double onset_s = -1, diagnosis_s = -1, back_s = -1;
+    double share_climbed = 0, share_back = 0;
+  };
+  PhaseVerdict judge(int64_t onset_ns, int64_t lift_ns, int64_t end_ns,
+                     const std::vector<int>& climbed, const std::vector<int>& way_back,
+                     const std::string& link) const {
+    PhaseVerdict v;
+    const int64_t climbed_ns = allOn(climbed, onset_ns);
+    if (climbed_ns > 0 && climbed_ns < lift_ns) {
+      v.onset_s = double(climbed_ns - onset_ns) * 1e-9;
+      v.share_climbed = shareAllOn(climbed, climbed_ns, lift_ns);
+    }
+    for (const nlohmann::json& j : decisions_log) {
+      const int64_t t = j["wall_ns"].get<int64_t>();
+      if (t >= onset_ns && t < lift_ns && j.value("event", "") == "diagnosis" &&
+          j.value("cause", "") == "congested_link" && j.value("link", "").rfind(link, 0) == 0) {
+        v.diagnosis_s = double(t - onset_ns) * 1e-9;
+        break;
+      }
+    }
+    const int64_t back_ns = allOn(way_back, lift_ns);
+    if (back_ns > 0 && back_ns < end_ns) {
+      v.back_s = double(back_ns - lift_ns) * 1e-9;
+      v.share_back = shareAllOn(way_back, back_ns, end_ns);
+    }
+    return v;
   }
   // Parameters bit-identical across the 4 ranks after the live switches.
   void expectIdenticalParameters() const {
@@ -263,45 +298,79 @@ TEST_P(AdaptiveNetlabUplink, HierarchicalAfterTheOnsetTheLinkDiagnosedAndTheRing
   const bool bandit = policy == "bandit";
   const std::vector<int> climbed =
       bandit ? std::vector<int>{kHierarchical, kHalvingDoubling} : std::vector<int>{kHierarchical};
-  const int64_t all_hier_ns = run.allOn(climbed, onset_ns);
-  ASSERT_GT(all_hier_ns, 0) << "never off the ring after the onset; decisions:\n"
-                            << run.decisions_text;
-  int64_t diagnosed_ns = 0;
-  for (const nlohmann::json& j : run.decisions_log) {
-    const int64_t t = j["wall_ns"].get<int64_t>();
-    if (diagnosed_ns == 0 && t >= onset_ns && t < lift_ns && j.value("event", "") == "diagnosis" &&
-        j.value("cause", "") == "congested_link" && j.value("link", "").rfind("other_host", 0) == 0)
-      diagnosed_ns = t;
-  }
   const std::vector<int> way_back =
       bandit ? std::vector<int>{kRing, kHalvingDoubling} : std::vector<int>{kRing};
-  const int64_t back_ns = run.allOn(way_back, lift_ns);
-  const double onset_s = double(all_hier_ns - onset_ns) * 1e-9;
-  const double diagnosis_s = diagnosed_ns > 0 ? double(diagnosed_ns - onset_ns) * 1e-9 : -1;
-  const double back_s = back_ns > 0 ? double(back_ns - lift_ns) * 1e-9 : -1;
-  const double share_hier = run.shareAllOn(climbed, all_hier_ns, lift_ns);
-  const double share_ring =
-      back_ns > 0 ? run.shareAllOn(way_back, back_ns, run.topologies.back().first) : 0;
+  const AdaptiveRun::PhaseVerdict v =
+      run.judge(onset_ns, lift_ns, run.topologies.back().first, climbed, way_back, "other_host");
   std::printf(
       "%s: onset -> every rank on %s %.2f s (then %.0f%% of the phase there), "
       "inter-host link diagnosed %.2f s; lift -> every rank on %s %.2f s (then %.0f%% "
       "there)\n",
-      policy.c_str(), bandit ? "hierarchical or halving-doubling" : "hierarchical", onset_s,
-      100 * share_hier, diagnosis_s, bandit ? "a flat topology" : "the ring", back_s,
-      100 * share_ring);
-  EXPECT_LE(onset_s, 6.0) << run.decisions_text;
-  EXPECT_GT(diagnosed_ns, 0) << "the inter-host link never diagnosed:\n" << run.decisions_text;
-  EXPECT_LE(diagnosis_s, 6.0) << run.decisions_text;
+      policy.c_str(), bandit ? "hierarchical or halving-doubling" : "hierarchical", v.onset_s,
+      100 * v.share_climbed, v.diagnosis_s, bandit ? "a flat topology" : "the ring", v.back_s,
+      100 * v.share_back);
+  ASSERT_GE(v.onset_s, 0) << "never off the ring after the onset; decisions:\n"
+                          << run.decisions_text;
+  EXPECT_LE(v.onset_s, 6.0) << run.decisions_text;
+  EXPECT_GE(v.diagnosis_s, 0) << "the inter-host link never diagnosed:\n" << run.decisions_text;
+  EXPECT_LE(v.diagnosis_s, 6.0) << run.decisions_text;
   // Re-probes of the ring and trials may leave hierarchical for a few seconds each.
-  EXPECT_GE(share_hier, 0.6) << run.decisions_text;
-  EXPECT_GT(back_ns, 0) << "never back after the lift:\n" << run.decisions_text;
-  EXPECT_LE(back_s, 20.0) << run.decisions_text;
-  EXPECT_GE(share_ring, 0.7) << run.decisions_text;
+  EXPECT_GE(v.share_climbed, 0.6) << run.decisions_text;
+  EXPECT_GE(v.back_s, 0) << "never back after the lift:\n" << run.decisions_text;
+  EXPECT_LE(v.back_s, 20.0) << run.decisions_text;
+  EXPECT_GE(v.share_back, 0.7) << run.decisions_text;
   run.expectIdenticalParameters();
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, AdaptiveNetlabUplink, ::testing::Values("rules", "bandit"),
                          [](const auto& info) { return std::string(info.param); });
+
+// The other order, and every uplink at once: the uplinks of both hosts throttled to 2 Gbit/s,
+// lifted, then lo throttled inside both hosts, lifted, under the rules (the default policy; the
+// bandit meets an uplink above and both orders in its simulations). Each congestion is met on
+// hierarchical with its link diagnosed, and each lift on the ring again: after the uplinks' by a
+// rise of hierarchical's throughput or the re-probe timer (8 s, then 16), after lo's by the ring
+// probe.
+TEST(AdaptiveNetlab, RulesEveryUplinkThenInsideTheHostsEachLifted) {
+  BPFTRAIN_REQUIRE_ROOT("network namespaces, tc");
+  BPFTRAIN_REQUIRE_TOOL("jq");
+  AdaptiveRun run;
+  runAdaptive("uplinks-then-lo", "rules", R"({"name": "uplinks-then-lo", "hosts": 2, "phases": [
+      {"at": 0, "name": "clear"},
+      {"at": 12, "name": "uplinks", "shape": [{"host": "all", "link": "uplink", "rate": "2gbit"}]},
+      {"at": 27, "name": "clear-again", "shape": [{"host": "all", "link": "uplink", "rate": "off"}]},
+      {"at": 47, "name": "intra-host", "shape": [{"host": "all", "link": "lo", "rate": "500mbit"}]},
+      {"at": 62, "name": "clear-last", "shape": [{"host": "all", "link": "lo", "rate": "off"}]}]})",
+              "--model mlp:2048x4 --batch 32 --metrics-hz 10 --duration 76 --steps 1000000 "
+              "--eval-every 1000000",
+              120s, run);
+  if (HasFatalFailure()) return;
+  const int64_t uplinks_ns = run.phase_ns["uplinks"], clear_ns = run.phase_ns["clear-again"];
+  const int64_t lo_ns = run.phase_ns["intra-host"], last_ns = run.phase_ns["clear-last"];
+  ASSERT_TRUE(uplinks_ns > 0 && clear_ns > 0 && lo_ns > 0 && last_ns > 0) << run.result.out;
+  ASSERT_GT(run.topologies.back().first, last_ns + 10'000'000'000) << "the run ended early";
+  const AdaptiveRun::PhaseVerdict up =
+      run.judge(uplinks_ns, clear_ns, lo_ns, {kHierarchical}, {kRing}, "other_host");
+  const AdaptiveRun::PhaseVerdict lo =
+      run.judge(lo_ns, last_ns, run.topologies.back().first, {kHierarchical}, {kRing}, "same_host");
+  for (const auto& [name, v] : {std::pair{"uplinks", up}, std::pair{"lo", lo}})
+    std::printf(
+        "%s: onset -> every rank on hierarchical %.2f s (then %.0f%% of the phase there), link "
+        "diagnosed %.2f s; lift -> every rank on the ring %.2f s (then %.0f%% there)\n",
+        name, v.onset_s, 100 * v.share_climbed, v.diagnosis_s, v.back_s, 100 * v.share_back);
+  for (const AdaptiveRun::PhaseVerdict& v : {up, lo}) {
+    EXPECT_GE(v.onset_s, 0) << run.decisions_text;
+    EXPECT_LE(v.onset_s, 6.0) << run.decisions_text;
+    EXPECT_GE(v.diagnosis_s, 0) << run.decisions_text;
+    EXPECT_LE(v.diagnosis_s, 6.0) << run.decisions_text;
+    EXPECT_GE(v.share_climbed, 0.6) << run.decisions_text;
+    EXPECT_GE(v.back_s, 0) << run.decisions_text;
+    EXPECT_GE(v.share_back, 0.6) << run.decisions_text;
+  }
+  EXPECT_LE(up.back_s, 18.0) << run.decisions_text;
+  EXPECT_LE(lo.back_s, 10.0) << run.decisions_text;
+  run.expectIdenticalParameters();
+}
 
 }  // namespace
 }  // namespace bpftrain::tools::testing
