@@ -95,7 +95,7 @@ void RulesPolicy::considerPinning(const Features& f, const Arm& current, Decisio
       want = PinMode::kNuma;
       pin_why = figures("node migrations %.1f/s, remote fault share %.2f", node_moves,
                         f.remote_fault_share);
-    } else if (cpu_moves >= k * config_.cpu_migrations_per_s && calm_samples_ > 0 &&
+    } else if (cpu_moves >= k * config_.cpu_migrations_per_s && calmKnown() &&
                f.samples_per_s_window <= (pin_since_ns_ >= 0 ? config_.pin_cost_release_fraction
                                                              : config_.pin_cost_fraction) *
                                              calm_samples_) {

@@ -9,8 +9,9 @@
 namespace bpftrain::collector::controller {
 namespace {
 
-// The calm level's smoothing per window step (~5 s at 500 ms steps).
-constexpr double kCalmAlpha = 0.1;
+// The calm level's smoothing per window step (~5 s at 500 ms steps): one reading's weight once
+// the level has its first ones.
+constexpr double kCalmAlpha = 1.0 / RulesPolicy::kCalmFirstReadings;
 
 // The escalation ladder. Bcube sends the same bytes across hosts as halving-doubling, so it
 // sits on the same rung.
@@ -213,8 +214,11 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
         figures(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
   }
   // A slowdown the links do not show: throughput down and the allreduce's share of the step up
-  // against this rung's calm levels, which stop following while it holds.
-  const bool slow = level < 2 && wanted <= level && calm_samples_ > 0 && calm_share_ >= 0 &&
+  // against this rung's calm levels, which stop following while it holds. Not before those
+  // levels have their first readings since a climb: the first window still holds the rung left
+  // (f35a rules r2: 558 samples/s at a share of 0.63 where hierarchical ran 373 at 0.73), and a
+  // slowdown read against it stopped them from learning.
+  const bool slow = level < 2 && wanted <= level && calmKnown() && calm_share_ >= 0 &&
                     f.samples_per_s_window > 0 &&
                     f.samples_per_s_window <= config_.slowdown_fraction * calm_samples_ &&
                     f.allreduce_share >= calm_share_ + config_.slowdown_share_rise;
@@ -489,7 +493,8 @@ void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int
                           ? samples_ewma_ / config_.congestion_throughput_fraction
                           : -1;
       // That bar is no reading: it fades as the EWMA does, not as a mean's first term.
-      calm_readings_ = calm_samples_ > 0 ? int(1 / kCalmAlpha) : 0;
+      calm_readings_ = calm_samples_ > 0 ? kCalmFirstReadings : 0;
+      calm_since_climb_ = calm_samples_ <= 0;
       // Each rung has its own share of time in the allreduce; back from a failed slowdown
       // probe, the slow level is the lower rung's calm one (rebuilt from the next steps).
       calm_share_ = -1;

@@ -27,6 +27,9 @@ namespace bpftrain::collector::controller {
 
 class RulesPolicy final : public Policy {
  public:
+  // Readings a rung's calm level takes as a plain mean after a climb (~5 s at 500 ms steps);
+  // then an EWMA of weight 1 / this.
+  static constexpr int kCalmFirstReadings = 10;
   explicit RulesPolicy(RulesConfig config = {})
       : config_(config), rise_(config.reprobe_rise), ring_probe_(config.ring_probe) {}
   std::string_view name() const override { return "rules"; }
@@ -145,9 +148,15 @@ class RulesPolicy final : public Policy {
   double samples_dev_ewma_ = 0;  // mean absolute deviation of samples/s from samples_ewma_
   double calm_samples_ = -1;     // this rung's smoothed samples/s while not congested
   int calm_readings_ = 0;        // readings in calm_samples_ since the move (decide())
-  int react_looks_ = 0;          // consecutive looks between steps that found farPast() (react())
-  int signal_steps_ = 0;         // consecutive steps whose signal asks for a higher rung
-  int trigger_link_ = -1;        // the link class whose signal made the last step up (-1: none)
+  // The calm levels hold a reading, and after a climb their first kCalmFirstReadings: before
+  // that the first window still holds the rung left, and nothing is judged against them.
+  bool calmKnown() const {
+    return calm_samples_ > 0 && (!calm_since_climb_ || calm_readings_ >= kCalmFirstReadings);
+  }
+  bool calm_since_climb_ = false;  // the calm levels are relearnt since a climb (moved())
+  int react_looks_ = 0;            // consecutive looks between steps that found farPast() (react())
+  int signal_steps_ = 0;           // consecutive steps whose signal asks for a higher rung
+  int trigger_link_ = -1;          // the link class whose signal made the last step up (-1: none)
   int64_t reprobe_ns_ = -1;  // the current re-probe interval (reprobe_after, doubled on failure)
   // The wait before re-probing the lower rung: reprobe_ns_, or longer while what the lower rung
   // could win back does not repay a failed probe (RulesConfig::reprobe_payback). Sets `why`.
