@@ -353,12 +353,12 @@ TEST(AdaptiveNetlab, RulesEveryUplinkThenInsideTheHostsEachLifted) {
       run.judge(uplinks_ns, clear_ns, lo_ns, {kHierarchical}, {kRing}, "other_host");
   const AdaptiveRun::PhaseVerdict lo =
       run.judge(lo_ns, last_ns, run.topologies.back().first, {kHierarchical}, {kRing}, "same_host");
-  for (const auto& [name, v] : {std::pair{"uplinks", up}, std::pair{"lo", lo}})
+  for (const auto& [name, v] : {std::pair{"uplinks", up}, std::pair{"lo", lo}}) {
     std::printf(
         "%s: onset -> every rank on hierarchical %.2f s (then %.0f%% of the phase there), link "
         "diagnosed %.2f s; lift -> every rank on the ring %.2f s (then %.0f%% there)\n",
         name, v.onset_s, 100 * v.share_climbed, v.diagnosis_s, v.back_s, 100 * v.share_back);
-  for (const AdaptiveRun::PhaseVerdict& v : {up, lo}) {
+    SCOPED_TRACE(name);
     EXPECT_GE(v.onset_s, 0) << run.decisions_text;
     EXPECT_LE(v.onset_s, 6.0) << run.decisions_text;
     EXPECT_GE(v.diagnosis_s, 0) << run.decisions_text;
