@@ -36,36 +36,6 @@ Topology topologyAt(int level) {
 
 }  // namespace
 
-std::optional<RulesPolicy::TrialResult> RulesPolicy::measureTrial(
-    std::optional<DescentTrial>& trial, const Features& f, const Arm& current, int64_t now_ns) {
-  if (!trial) return std::nullopt;
-  DescentTrial& t = *trial;
-  const int64_t since = now_ns - t.decided_ns;
-  const int64_t settle = config_.probe_settle.count(), measure = config_.probe_measure.count();
-  if (current.topology != t.to) {
-    if (since > 2 * (settle + measure)) trial.reset();  // never applied, or moved on
-    return std::nullopt;
-  }
-  if (since >= settle && f.samples_per_s > 0) {
-    t.sum += f.samples_per_s;
-    ++t.n;
-  }
-  if (since < settle + measure || t.n == 0) return std::nullopt;
-  const TrialResult result{t.sum / t.n, t.before};
-  trial.reset();
-  return result;
-}
-
-void RulesPolicy::startDescentTrial(Topology from, Topology to, int64_t now_ns) {
-  descent_trial_ = DescentTrial{to, now_ns, samples_ewma_};
-  descent_trial_from_ = from;
-}
-
-bool RulesPolicy::settlingAfterDescent(int64_t now_ns) const {
-  return last_descent_ns_ >= 0 && last_descent_ns_ == last_switch_ns_ &&
-         now_ns - last_descent_ns_ < config_.descent_settle.count();
-}
-
 bool RulesPolicy::escalateOk(int64_t now_ns) const {
   const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
   // A failed probe of the lower rung must end quickly; other moves up wait the full dwell.
@@ -185,145 +155,17 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   if (reprobe_ns_ < 0) reprobe_ns_ = config_.reprobe_after.count();
   if (level != 1) ring_probe_.reset(f);  // the probe judges the ring from hierarchical only
 
-  // Consecutive steps asking for a higher rung than the current one.
-  // A congestion signal must cost throughput to count: RTT also rises with CPU load alone on a
-  // shared host (the steady-state e2e test saw other_host medians of 5-8 ms with other builds
-  // running, and unchanged samples/s). The reference is this rung's smoothed samples/s over the
-  // steps without congestion; right after a move there is none yet and the signal counts alone
-  // (a failed probe must climb back quickly).
-  signal_steps_ = wanted > level ? signal_steps_ + 1 : 0;
-  if (wanted <= level) {
-    congested_steps_ = 0;
-  } else if ((!f.has_transport && !rdmaReports(f)) || signal == Signal::kSevere) {
-    // Bandwidth is throughput already; severe signals (64 MiB queued, 100 ms jitter) are no
-    // CPU-load artefact: they count alone.
-    ++congested_steps_;
-  } else if (calm_samples_ <= 0) {
-    // No reference yet (the job's first steps): the signal must hold for no_reference_steps.
-    congested_steps_ =
-        std::max(0, signal_steps_ - (config_.no_reference_steps - config_.escalate_steps));
-  } else if (decisive(f, link)) {
-    congested_steps_ = std::max(congested_steps_ + 1, config_.escalate_steps);
-    why += figures(" (samples/s %.0f, %.0f calm: decisive)",
-                   std::min(f.samples_per_s, f.samples_per_s_window), calm_samples_);
-  } else if (f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_) {
-    ++congested_steps_;
-  } else {
-    congested_steps_ = 0;
-    why +=
-        figures(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
-  }
-  // A slowdown the links do not show: throughput down and the allreduce's share of the step up
-  // against this rung's calm levels, which stop following while it holds. Not before those
-  // levels have their first readings since a climb: the first window still holds the rung left
-  // (f35a rules r2: 558 samples/s at a share of 0.63 where hierarchical ran 373 at 0.73), and a
-  // slowdown read against it stopped them from learning.
-  const bool slow = level < 2 && wanted <= level && calmKnown() && calm_share_ >= 0 &&
-                    f.samples_per_s_window > 0 &&
-                    f.samples_per_s_window <= config_.slowdown_fraction * calm_samples_ &&
-                    f.allreduce_share >= calm_share_ + config_.slowdown_share_rise;
-  if (!slow) {
-    slow_since_ns_ = -1;
-    slow_sum_ = 0;
-    slow_n_ = 0;
-  } else {
-    if (slow_since_ns_ < 0) slow_since_ns_ = now_ns;
-    if (f.samples_per_s > 0) {
-      slow_sum_ += f.samples_per_s;
-      ++slow_n_;
-    }
-  }
-  // (Not while a pinning signal holds: its cost is judged against the level before it.)
-  if (wanted <= level && f.samples_per_s_window > 0 && !slow && pin_since_ns_ < 0) {
-    // An EWMA (~5 s at 500 ms steps) that starts as the mean of its first readings since the
-    // move: seeded with the first one alone, it kept a window that still held the rung left for
-    // seconds. f34a rules r0 (five-phase, 2026-12-07): the 1 s window right after the uplink's
-    // climb still held the ring's steps from before the onset (718 samples/s), hierarchical ran
-    // 361-392, and 10 s later its calm level read 486, so cpu+llc migrations (1146/s, as always
-    // on hierarchical) read as "costing throughput" and a compact trial cost 4 s at -25%.
-    calm_readings_ = calm_samples_ <= 0 ? 1 : calm_readings_ + 1;
-    const double weight = std::max(kCalmAlpha, 1.0 / calm_readings_);
-    calm_samples_ = calm_samples_ <= 0
-                        ? f.samples_per_s_window
-                        : calm_samples_ + weight * (f.samples_per_s_window - calm_samples_);
-    calm_share_ = calm_share_ < 0 ? f.allreduce_share
-                                  : calm_share_ + weight * (f.allreduce_share - calm_share_);
-  }
+  countCongestion(f, signal, link, level, wanted, why);
+  followCalm(f, level, wanted, now_ns);
   if (slowdown_retry_ns_ < 0) slowdown_retry_ns_ = config_.slowdown_retry_after.count();
 
-  // The all-clear for stepping down. With link classes: the link that caused the step up, clear
-  // (and the job not severe anywhere). Without: the job's totals below the low thresholds for
-  // ring; for the top rung, anything short of severe.
-  const bool by_link = trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
-  std::string clear_why;
-  bool may_descend = false;
-  // RDMA's loss on the higher rung is a verdict on the same link (hierarchical's leaders and
-  // halving-doubling cross it; their own pattern did not raise it: clear hierarchical 0-0.027
-  // per packet), so while it read congested within rdma_clear_hold there is nothing to re-probe.
-  bool still_congested = false;
-  if (level > 0 && by_link) {
-    bool seen = false;
-    const Signal s = classifyLink(f, trigger_link_, clear_why, &seen);
-    may_descend = seen && signal != Signal::kSevere && s == Signal::kClear;
-    if (trigger_link_ == kRdmaLink && seen && s >= Signal::kCongested) rdma_congested_ns_ = now_ns;
-    still_congested = trigger_link_ == kRdmaLink && rdma_congested_ns_ >= 0 &&
-                      now_ns - rdma_congested_ns_ < config_.rdma_clear_hold.count();
-    // Likewise a TCP link whose delivery rate reads throttled against this rung's own level:
-    // a verdict from up here, so no re-probe while it lasts (on netlab's uplink phase
-    // hierarchical read 0.43-0.71x its clear level: rarely this far). Its RTT is no such
-    // verdict: the same-host class on hierarchical is a few control messages whose RTT read
-    // 6-18 ms throttled or not.
-    if (trigger_link_ != kRdmaLink && seen) {
-      const double ratio =
-          viewOf(f.links[size_t(trigger_link_)], Link(trigger_link_)).delivery_ratio;
-      if (ratio > 0 && ratio <= config_.delivery_drop_fraction) link_throttled_ns_ = now_ns;
-    }
-    still_congested = still_congested || (trigger_link_ != kRdmaLink && link_throttled_ns_ >= 0 &&
-                                          now_ns - link_throttled_ns_ < config_.clear_hold.count());
-    // The ring probe answers for the ring's links from up here, over what their few control
-    // messages show: clear readings step back with no re-probe, congested ones rule it out.
-    std::string probe_why;
-    // Hierarchical to the ring only, and only for the same-host links: on netlab the probe read
-    // 2.5-4x its clear level with lo throttled and 0.8-4.8x with one uplink at 2 Gbit/s, within
-    // the clear readings' spread (its 1.5 MiB a hop crosses an uplink in a few ms either way).
-    const RingProbeJudge::Verdict v = level == 1 && trigger_link_ == int(Link::kSameHost)
-                                          ? ring_probe_.update(f, now_ns, probe_why)
-                                          : RingProbeJudge::Verdict::kNone;
-    if (v == RingProbeJudge::Verdict::kClear) {
-      may_descend = signal != Signal::kSevere;
-      clear_why = probe_why;
-    } else if (v == RingProbeJudge::Verdict::kCongested) {
-      may_descend = false;
-      still_congested = true;
-    }
-  } else if (level > 0 && !hidden_trigger_) {
-    // (After a kept slowdown probe no signal shows its cause: only the re-probe comes back.)
-    may_descend = level == 2 ? signal != Signal::kSevere : signal == Signal::kClear;
-    clear_why = why;
-  }
-  if (!may_descend) {
-    clear_since_ns_ = -1;
-  } else if (clear_since_ns_ < 0) {
-    clear_since_ns_ = now_ns;
-  }
-  // RDMA's all-clear is visible on every rung, so a lower rung that keeps losing the throughput
-  // A/B would be stepped down to after every hold: its hold grows with the re-probe backoff
-  // (x2 per failed descent, up to x4).
-  const int64_t rdma_hold =
-      config_.rdma_clear_hold.count() *
-      std::max<int64_t>(1, reprobe_ns_ / std::max<int64_t>(1, config_.reprobe_after.count()));
-  // A clear ring probe held for its rounds in a row (ring_probe_judge.h), not a time.
-  const int64_t hold = !by_link                     ? cooldown_ns_
-                       : trigger_link_ == kRdmaLink ? rdma_hold
-                       : ring_probe_.clearInARow() >= config_.ring_probe.clear_readings
-                           ? 0
-                           : config_.clear_hold.count();
+  const WayBack back = wayBack(f, signal, why, level, now_ns);
 
   const int64_t since_switch = last_switch_ns_ < 0 ? INT64_MAX : now_ns - last_switch_ns_;
   const bool dwell_ok = since_switch >= config_.min_dwell.count();
   const bool escalate_ok = escalateOk(now_ns);
   std::string rise_why;
-  const bool rose = risen(f, level, by_link, now_ns, rise_why);
+  const bool rose = risen(f, level, back.by_link, now_ns, rise_why);
   // A step down is an A/B trial too: after probe_settle, the lower rung's samples/s over
   // probe_measure must not fall short of the rung it left (smoothed before the move) by more than
   // probe_loss, whatever the transport signals say (a clear link is no proof the lower rung is
@@ -375,7 +217,7 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
                         double(cooldown_ns_) * 1e-9);
   } else if (escalate_ok && congested_steps_ >= config_.escalate_steps &&
              (!settlingAfterDescent(now_ns) || signal == Signal::kSevere || farPast(f, link))) {
-    climb(f, d, signal, wanted, link, why, by_link, now_ns);
+    climb(f, d, signal, wanted, link, why, back.by_link, now_ns);
   } else if (dwell_ok && slow_since_ns_ >= 0 &&
              now_ns - slow_since_ns_ >= config_.slowdown_hold.count() &&
              now_ns >= slowdown_blocked_until_ns_) {
@@ -394,17 +236,18 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
     d.detail += figures("; the slow level %.0f samples/s", slow_level, 0);
     ascent_trial_ = DescentTrial{topologyAt(level + 1), now_ns, slow_level};
     ascent_from_ = current.topology;
-  } else if (dwell_ok && clear_since_ns_ >= 0 && now_ns - clear_since_ns_ >= hold) {
+  } else if (dwell_ok && clear_since_ns_ >= 0 && now_ns - clear_since_ns_ >= back.hold_ns) {
     d.change = true;
     d.to.topology = topologyAt(level - 1);
     d.reason = "clear";
     startDescentTrial(current.topology, topologyAt(level - 1), now_ns);
-    d.detail = clear_why + figures(" for %.1fs (hold %.1fs)",
-                                   double(now_ns - clear_since_ns_) * 1e-9, double(hold) * 1e-9);
+    d.detail =
+        back.why + figures(" for %.1fs (hold %.1fs)", double(now_ns - clear_since_ns_) * 1e-9,
+                           double(back.hold_ns) * 1e-9);
     last_descent_ns_ = now_ns;
   } else if (std::string reprobe_why;
-             dwell_ok && (by_link || hidden_trigger_) && level > 0 && signal != Signal::kSevere &&
-             !still_congested &&
+             dwell_ok && (back.by_link || hidden_trigger_) && level > 0 &&
+             signal != Signal::kSevere && !back.still_congested &&
              (rose || now_ns - on_rung_since_ns_ >= reprobeWaitNs(reprobe_why))) {
     // No verdict on the causing link from up here: try the lower rung; its own signals decide
     // within a second or two whether to climb back.
@@ -433,6 +276,77 @@ Decision RulesPolicy::decide(const Features& f, const Arm& current, int64_t now_
   return d;
 }
 
+void RulesPolicy::countCongestion(const Features& f, Signal signal, int link, int level, int wanted,
+                                  std::string& why) {
+  // Consecutive steps asking for a higher rung than the current one.
+  // A congestion signal must cost throughput to count: RTT also rises with CPU load alone on a
+  // shared host (the steady-state e2e test saw other_host medians of 5-8 ms with other builds
+  // running, and unchanged samples/s). The reference is this rung's smoothed samples/s over the
+  // steps without congestion; right after a move there is none yet and the signal counts alone
+  // (a failed probe must climb back quickly).
+  signal_steps_ = wanted > level ? signal_steps_ + 1 : 0;
+  if (wanted <= level) {
+    congested_steps_ = 0;
+  } else if ((!f.has_transport && !rdmaReports(f)) || signal == Signal::kSevere) {
+    // Bandwidth is throughput already; severe signals (64 MiB queued, 100 ms jitter) are no
+    // CPU-load artefact: they count alone.
+    ++congested_steps_;
+  } else if (calm_samples_ <= 0) {
+    // No reference yet (the job's first steps): the signal must hold for no_reference_steps.
+    congested_steps_ =
+        std::max(0, signal_steps_ - (config_.no_reference_steps - config_.escalate_steps));
+  } else if (decisive(f, link)) {
+    congested_steps_ = std::max(congested_steps_ + 1, config_.escalate_steps);
+    why += figures(" (samples/s %.0f, %.0f calm: decisive)",
+                   std::min(f.samples_per_s, f.samples_per_s_window), calm_samples_);
+  } else if (f.samples_per_s_window <= config_.congestion_throughput_fraction * calm_samples_) {
+    ++congested_steps_;
+  } else {
+    congested_steps_ = 0;
+    why +=
+        figures(" (not counted: samples/s %.0f, %.0f calm)", f.samples_per_s_window, calm_samples_);
+  }
+}
+
+void RulesPolicy::followCalm(const Features& f, int level, int wanted, int64_t now_ns) {
+  // A slowdown the links do not show: throughput down and the allreduce's share of the step up
+  // against this rung's calm levels, which stop following while it holds. Not before those
+  // levels have their first readings since a climb: the first window still holds the rung left
+  // (f35a rules r2: 558 samples/s at a share of 0.63 where hierarchical ran 373 at 0.73), and a
+  // slowdown read against it stopped them from learning.
+  const bool slow = level < 2 && wanted <= level && calmKnown() && calm_share_ >= 0 &&
+                    f.samples_per_s_window > 0 &&
+                    f.samples_per_s_window <= config_.slowdown_fraction * calm_samples_ &&
+                    f.allreduce_share >= calm_share_ + config_.slowdown_share_rise;
+  if (!slow) {
+    slow_since_ns_ = -1;
+    slow_sum_ = 0;
+    slow_n_ = 0;
+  } else {
+    if (slow_since_ns_ < 0) slow_since_ns_ = now_ns;
+    if (f.samples_per_s > 0) {
+      slow_sum_ += f.samples_per_s;
+      ++slow_n_;
+    }
+  }
+  // (Not while a pinning signal holds: its cost is judged against the level before it.)
+  if (wanted <= level && f.samples_per_s_window > 0 && !slow && pin_since_ns_ < 0) {
+    // An EWMA (~5 s at 500 ms steps) that starts as the mean of its first readings since the
+    // move: seeded with the first one alone, it kept a window that still held the rung left for
+    // seconds. f34a rules r0 (five-phase, 2026-12-07): the 1 s window right after the uplink's
+    // climb still held the ring's steps from before the onset (718 samples/s), hierarchical ran
+    // 361-392, and 10 s later its calm level read 486, so cpu+llc migrations (1146/s, as always
+    // on hierarchical) read as "costing throughput" and a compact trial cost 4 s at -25%.
+    calm_readings_ = calm_samples_ <= 0 ? 1 : calm_readings_ + 1;
+    const double weight = std::max(kCalmAlpha, 1.0 / calm_readings_);
+    calm_samples_ = calm_samples_ <= 0
+                        ? f.samples_per_s_window
+                        : calm_samples_ + weight * (f.samples_per_s_window - calm_samples_);
+    calm_share_ = calm_share_ < 0 ? f.allreduce_share
+                                  : calm_share_ + weight * (f.allreduce_share - calm_share_);
+  }
+}
+
 // The "before" of a trial: throughput and signals smoothed over the last few steps.
 void RulesPolicy::updateTrialBaselines(const Features& f) {
   if (f.config_consistent && f.samples_per_s > 0) {
@@ -444,41 +358,6 @@ void RulesPolicy::updateTrialBaselines(const Features& f) {
     for (int m = 0; m < kPinModeCount; ++m)
       pin_signal_ewma_[m] += kAlpha * (pinSignal(f, PinMode(m)) - pin_signal_ewma_[m]);
   }
-}
-
-bool RulesPolicy::risen(const Features& f, int level, bool by_link, int64_t now_ns,
-                        std::string& why) {
-  // After an inter-host climb, or a kept slowdown probe (the uplink's throttle, when the ring's
-  // links did not show it: netlab's five-phase run climbed on the slowdown 4.2 s into the uplink
-  // phase once, 2026-12-05).
-  const bool uplink_like = (by_link && trigger_link_ == int(Link::kOtherHost)) || hidden_trigger_;
-  if (level == 0 || !uplink_like || !f.config_consistent)
-    return rise_.update(0, now_ns);  // (no reading: no rise in a row)
-  if (!rise_.update(f.samples_per_s_window, now_ns)) return false;
-  if (rise_failed_ && f.samples_per_s_window < config_.reprobe_rise_beyond_false * rise_reading_)
-    return false;
-  why = "its " + rise_.why("since the climb");
-  if (rise_failed_) why += figures(", beyond the false rise's %.0f", rise_reading_, 0);
-  return true;
-}
-
-int64_t RulesPolicy::reprobeWaitNs(std::string& why) const {
-  const double cost_s = double(failed_probe_cost_ns_ >= 0 ? failed_probe_cost_ns_
-                                                          : config_.reprobe_cost_guess.count()) *
-                        1e-9;
-  const int64_t max_ns = config_.max_reprobe_after.count();
-  int64_t wait_ns = reprobe_ns_;
-  if (left_calm_samples_ > 0 && samples_ewma_ > 0) {
-    const double advantage = left_calm_samples_ / samples_ewma_ - 1;
-    const double payback_s = advantage > 0 ? config_.reprobe_payback * cost_s / advantage : 1e9;
-    wait_ns = std::clamp(std::max(wait_ns, int64_t(payback_s * 1e9)), reprobe_ns_,
-                         std::max(reprobe_ns_, max_ns));
-    why = figures("every %.0fs: it ran %+.0f%% calm, ", double(wait_ns) * 1e-9, advantage * 100) +
-          figures("a failed probe costs %.1fs", cost_s, 0);
-  } else {
-    why = figures("every %.0fs", double(wait_ns) * 1e-9, 0);
-  }
-  return wait_ns;
 }
 
 void RulesPolicy::moved(Decision& d, const Arm& current, bool ascent_failed, int64_t now_ns) {

@@ -13,8 +13,9 @@
 // the next rung as an A/B trial, kept only when it runs faster; its way back is the re-probe.
 // Pinning is moved once, from none, by migration and cross-node signals.
 // Files: rules_config.h (thresholds, holds, trial parameters), rules_signals.cc (classifying the
-// link classes), rules_policy.cc (the ladder: climbs, the way back, its trials), rules_pinning.cc
-// (the pinning move and its trial).
+// link classes), rules_policy.cc (the ladder: what counts as congestion or a slowdown, the calm
+// levels, the climbs and the order of the moves), rules_way_back.cc (the all-clear, the re-probe
+// and the A/B trials of a move), rules_pinning.cc (the pinning move and its trial).
 #pragma once
 
 #include <optional>
@@ -75,6 +76,25 @@ class RulesPolicy final : public Policy {
              const std::string& why, bool by_link, int64_t now_ns);
   // The rung a signal of `link` asks for (0 ring, 1 hierarchical, 2 halving-doubling).
   static int wantedLevel(Signal signal, int link);
+  // Counts congested_steps_: the steps whose signal asks for a higher rung and costs throughput
+  // against this rung's calm level (or needs not: no reference yet, severe, no transport probe).
+  // Appends to `why` whether the step counted.
+  void countCongestion(const Features& f, Signal signal, int link, int level, int wanted,
+                       std::string& why);
+  // A slowdown the links do not show (slow_since_ns_, its level), and otherwise this rung's calm
+  // levels (samples/s, allreduce share).
+  void followCalm(const Features& f, int level, int wanted, int64_t now_ns);
+  // The way back this step, judged on the cause of the last climb (rules_way_back.cc). Sets
+  // clear_since_ns_ while the all-clear reads clear, and the clocks of the verdicts from this rung
+  // (rdma_congested_ns_, link_throttled_ns_, the ring probe's rounds).
+  struct WayBack {
+    bool by_link = false;          // judged on the link class (or RDMA) that caused the climb
+    bool still_congested = false;  // a verdict from this rung that the cause holds: no re-probe
+    int64_t hold_ns = 0;           // how long the all-clear must hold before the step down
+    std::string why;               // what the all-clear read
+  };
+  WayBack wayBack(const Features& f, Signal signal, const std::string& why, int level,
+                  int64_t now_ns);
   // Bookkeeping after any move: another rung's references, dwell, counts.
   void moved(Decision& d, const Arm& current, bool ascent_failed, int64_t now_ns);
   // The "before" of the trials: samples/s, its spread and the pinning signals, smoothed.
