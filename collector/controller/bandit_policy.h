@@ -169,7 +169,7 @@ class BanditPolicy final : public Policy {
   bool linkFarPast(const Features& f, size_t cur, double level) const;
   // The ring, halving-doubling and bcube send every link class large chunks over TCP (or
   // RDMA), so their links' signals show a congestion; hierarchical's do not (bandit_changes.cc).
-  bool flat(size_t arm) const { return config_.arms[arm].topology != Topology::kHierarchical; }
+  bool flat(size_t arm) const { return linksObservable(config_.arms[arm].topology); }
   // A detected change: the other arms' estimates forgotten, this arm's level the latest reading.
   // `rose`: the change raised the incumbent's reward (a lift), so the arm it leaves is not one a
   // congestion drove us from, and is not re-probed.

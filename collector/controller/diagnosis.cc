@@ -94,11 +94,11 @@ bool Diagnoser::decided(const Features& f, int link) {
   // diagnosed 9.5 s later, on the next ring probe (a clean-clone CI rehearsal, 2026-12-07).
   if (!f.live() || !f.has_links || link < 0 || link >= kLinkCount || !f.config_consistent)
     return false;
-  const bool on_ring = f.topology == Topology::kRing;
+  const bool flat = f.topology && linksObservable(*f.topology);
   Diagnosis d;
-  if (linkExcess(f, link, d, on_ring) < 1) return false;
-  if (on_ring) {
-    ring_link_ = d;
+  if (linkExcess(f, link, d, flat) < 1) return false;
+  if (flat) {
+    flat_link_ = d;
     moved_on_link_ = link;
   }
   last_ = std::move(d);
@@ -110,47 +110,53 @@ bool Diagnoser::decided(const Features& f, int link) {
 Diagnosis Diagnoser::raw(const Features& f) {
   Diagnosis d;
   if (!f.has_steps) return d;
-  const bool on_ring = f.topology == Topology::kRing && f.config_consistent;
+  // A flat topology shows its links directly. A congestion that began on halving-doubling went
+  // undiagnosed when only the ring counted: f36 bandit r0 (five-phase, 2026-12-07) left
+  // halving-doubling for hierarchical 0.5 s after lo was throttled, on the same-host links far
+  // past their threshold, and the diagnosis read cpu_contention for the whole phase. Over three
+  // benchmark runs' halving-doubling looks, 2 of 583 in clear phases read a link over its
+  // thresholds (single looks, which the hold drops), 9 of 9 with lo throttled.
+  const bool flat = f.topology && linksObservable(*f.topology) && f.config_consistent;
   std::string probe_why;
   const RingProbeJudge::Verdict probe =
-      on_ring ? RingProbeJudge::Verdict::kNone : ring_probe_.update(f, f.now_ns, probe_why);
-  const bool carried_uplink = ring_link_.link.starts_with("other_host");
-  const bool risen = !on_ring && carried_uplink && f.config_consistent &&
+      flat ? RingProbeJudge::Verdict::kNone : ring_probe_.update(f, f.now_ns, probe_why);
+  const bool carried_uplink = flat_link_.link.starts_with("other_host");
+  const bool risen = !flat && carried_uplink && f.config_consistent &&
                      uplink_rise_.update(f.samples_per_s_window, f.now_ns);
-  if (on_ring || !carried_uplink) uplink_rise_.restart(f.now_ns);
-  if (!on_ring && f.config_consistent) moved_on_link_ = -1;  // the move applied
-  if (on_ring) {
+  if (flat || !carried_uplink) uplink_rise_.restart(f.now_ns);
+  if (!flat && f.config_consistent) moved_on_link_ = -1;  // the move applied
+  if (flat) {
     ring_probe_.reset(f);
     // Until the move off the ring applies, the link it was made for stays the diagnosis while it
     // reads congested: with lo throttled the ranks behind the throttled hop answer late, and the
     // ring's inter-host RTT median (10.4 ms) once outran the same-host one in the second before the
     // switch, to be carried as the cause through the whole intra-host phase.
     if (Diagnosis moved; moved_on_link_ >= 0 && linkExcess(f, moved_on_link_, moved, true) >= 1)
-      return ring_link_ = std::move(moved);
+      return flat_link_ = std::move(moved);
     moved_on_link_ = -1;
-    ring_link_ = Diagnosis{};
-    if (linkCongestion(f, ring_link_, true)) return ring_link_;
+    flat_link_ = Diagnosis{};
+    if (linkCongestion(f, flat_link_, true)) return flat_link_;
   } else if (Diagnosis seen; f.config_consistent && linkCongestion(f, seen, false)) {
     // An uplink throttled under hierarchical, or one the ring left too soon to be diagnosed
     // there (the rules climbed 0.7 s after the four-phase run's uplink onset, on the delivery
     // rate, and the diagnosis never named it).
     return seen;
-  } else if ((ring_link_.link == "same_host" && probe == RingProbeJudge::Verdict::kClear) ||
+  } else if ((flat_link_.link == "same_host" && probe == RingProbeJudge::Verdict::kClear) ||
              risen) {
     // The ring probe reads the ring's links clear again (same-host only: ring_probe_judge.h), or
     // the job runs faster than it did since it left the ring (an uplink's lift).
-    ring_link_ = Diagnosis{};
+    flat_link_ = Diagnosis{};
     cleared_link_ = last_.cause == "congested_link";
-  } else if (ring_link_.cause != "none") {
-    d = ring_link_;
+  } else if (flat_link_.cause != "none") {
+    d = flat_link_;
     d.carried = true;
     const RingProbe& p = f.ring_probe;
     d.detail += p.fresh(f.now_ns) && p.ratio > 0
                     ? figures(
-                          " (last seen on the ring; the ring probe reads %.1f ms, %.2fx its "
-                          "clear level)",
+                          " (last seen on a flat topology; the ring probe reads %.1f ms, %.2fx "
+                          "its clear level)",
                           p.seconds * 1e3, p.ratio)
-                    : std::string(" (last seen on the ring; not observable on this topology)");
+                    : std::string(" (last seen on a flat topology; not observable on this one)");
     return d;
   }
 

@@ -2,11 +2,12 @@
 // time, checked in order of how much of a step it can cost. Pure: the same features give the
 // same diagnosis, so it is tested on hand-made streams like the policies.
 //
-// Link congestion is judged directly only while the job runs the ring, where every link class
-// carries the gradient in equal chunks. On other topologies a link's signals reflect the
-// topology's own pattern (hierarchical's leaders move large chunks across hosts; its same-host
-// sockets carry only small control messages), so the last link diagnosis made on the ring is
-// carried over, marked so, until the ring is seen again.
+// Link congestion is judged directly only while the job runs a flat topology (the ring,
+// halving-doubling, bcube: linksObservable()), where every link class carries the gradient in
+// large chunks. On hierarchical a link's signals reflect the topology's own pattern (its leaders
+// move large chunks across hosts; its same-host sockets carry only small control messages), so
+// the last link diagnosis made on a flat topology is carried over, marked so, until one runs
+// again or a direct reading (the ring probe, a rise) ends it.
 #pragma once
 
 #include <string>
@@ -28,12 +29,12 @@ struct DiagnosisConfig {
   double delivery_drop_fraction = RulesConfig{}.delivery_drop_fraction;
   double delivery_clear_fraction = RulesConfig{}.delivery_clear_fraction;
   // The ring probe (ring_probe_judge.h) reading the ring's links clear: a same-host congestion
-  // last seen on the ring is no longer carried off it. The policies' thresholds, but one clear
-  // round: a diagnosis wrong for a round costs nothing, a step down does.
+  // last seen on a flat topology is no longer carried on hierarchical. The policies' thresholds,
+  // but one clear round: a diagnosis wrong for a round costs nothing, a step down does.
   RingProbeThresholds ring_probe{.clear_readings = 1};
-  // The job's samples/s rising over its level since it left the ring (throughput_rise.h): an
-  // inter-host congestion last seen on the ring is no longer carried off it. The rules' re-probe
-  // reads the same rise (RulesConfig::reprobe_rise).
+  // The job's samples/s rising over its level since it left a flat topology (throughput_rise.h):
+  // an inter-host congestion last seen there is no longer carried on hierarchical. The rules'
+  // re-probe reads the same rise (RulesConfig::reprobe_rise).
   ThroughputRiseConfig uplink_rise = RulesConfig{}.reprobe_rise;
   // CPU contention: one rank's threads waiting this long per second for a CPU (run-queue wait,
   // summed over its threads). Task migrations are not the signal: clear phases showed 180-192
@@ -54,7 +55,7 @@ struct Diagnosis {
   int rank = -1;         // the rank it concerns; -1 for the whole job
   std::string link;      // congested_link: "same_host" or "other_host:<peer node>"; else empty
   std::string detail;    // one sentence with the figures
-  bool carried = false;  // a link diagnosis kept from the last time the ring was seen
+  bool carried = false;  // a link diagnosis kept from the last time a flat topology ran
   bool sameAs(const Diagnosis& o) const {
     return cause == o.cause && rank == o.rank && link == o.link;
   }
@@ -71,15 +72,15 @@ class Diagnoser {
   // flipping the diagnosis; a move is that signal corroborated (the rules climb on it only past
   // its threshold for escalate_steps, or far past it with the throughput down). On netlab's
   // five-phase run the diagnosis came 1.75 s after the onsets (median) against 1.12 s for every
-  // rank switched: the window's p50 had to cross, then hold two steps. A move off the ring also
-  // becomes the ring's last seen link, carried on the next rung, which does not show it (the
+  // rank switched: the window's p50 had to cross, then hold two steps. A move off a flat topology
+  // also becomes its last seen link, carried on the next rung, which does not show it (the
   // uplink: the rules climbed on the delivery rate before any window step named it). False when
   // the link shows nothing over its thresholds in `f` (the diagnosis then goes on as before).
   bool decided(const Features& f, int link);
 
  private:
-  // The worst link class over its thresholds. With rtt_observable false (any topology but the
-  // ring: its own traffic pattern moves RTT) only the inter-host delivery rate counts, which a
+  // The worst link class over its thresholds. With rtt_observable false (hierarchical: its own
+  // traffic pattern moves RTT) only the inter-host delivery rate counts, which a
   // throttled link lowers whatever runs over it.
   bool linkCongestion(const Features& f, Diagnosis& out, bool rtt_observable) const;
   // How far link class `l` is over its thresholds (>= 1: congested), with `out` describing it.
@@ -92,14 +93,15 @@ class Diagnoser {
   static constexpr int kHoldSteps = 2;
   Diagnosis candidate_;
   int candidate_steps_ = 0;
-  Diagnosis ring_link_;     // the link diagnosis last made on the ring (cause none when clear)
-  int moved_on_link_ = -1;  // decided() on the ring: its link, until the move off it applied
+  Diagnosis flat_link_;     // the link diagnosis last made on a flat topology (none when clear)
+  int moved_on_link_ = -1;  // decided() on a flat topology: its link, until the move applied
   // raw() just ended a carried link on a direct reading (a clear ring probe, a rise)
   bool cleared_link_ = false;
-  // Off the ring only, reset on it: a round taken on the ring before a move (clear, and fresh
-  // for 3 s) once ended the same-host congestion the move was made for, 1 s after it.
+  // On hierarchical only, reset on a flat topology: a round taken on the ring before a move
+  // (clear, and fresh for 3 s) once ended the same-host congestion the move was made for, 1 s
+  // after it.
   RingProbeJudge ring_probe_;
-  ThroughputRise uplink_rise_;  // restarted on the ring: the level since the job left it
+  ThroughputRise uplink_rise_;  // restarted on a flat topology: the level since the job left it
 };
 
 }  // namespace bpftrain::collector::controller

@@ -27,6 +27,11 @@ inline constexpr int kMigrationScopeCount = 3;
 enum class Link : uint8_t { kSameHost = 0, kOtherHost = 1 };
 inline constexpr int kLinkCount = 2;
 std::string_view linkName(Link l);  // "same_host", "other_host"
+// The flat topologies (the ring, halving-doubling, bcube) carry every link class's traffic in
+// large chunks, so a congested link shows on them directly. Hierarchical loads the links with
+// its own pattern: its node stage runs in shared memory, so its same-host sockets carry small
+// control messages (RTT 6-18 ms throttled or not), and its leaders large inter-host chunks.
+inline bool linksObservable(Topology t) { return t != Topology::kHierarchical; }
 
 // One link class's transport signals over the window: the worst series' quantiles (series are
 // per rank and peer node), RTT in seconds, bytes queued and unacknowledged.

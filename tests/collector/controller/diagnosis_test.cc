@@ -166,6 +166,38 @@ TEST(Diagnosis, AMoveDecidedBetweenStepsNamesItsLink) {
   EXPECT_EQ(r.d.last().link, "other_host:node1") << r.d.last().detail;
 }
 
+// Halving-doubling and bcube cross every link class in large chunks, as the ring does: a
+// congestion that begins on them is named there (f36 bandit r0: lo throttled while the bandit ran
+// halving-doubling, and the diagnosis read cpu_contention for the whole phase), and carried on
+// hierarchical after the move, until the ring probe reads clear.
+TEST(Diagnosis, ACongestionThatBeginsOnAnotherFlatTopologyIsNamedAndCarried) {
+  for (const Topology flat : {Topology::kHalvingDoubling, Topology::kBcube}) {
+    SCOPED_TRACE(int(flat));
+    Diagnoser d;
+    JobState j = ring();
+    j.topology = int(flat);
+    EXPECT_EQ(settle(d, featuresOf(j)).cause, "none");
+    j.same_host = {60e-3, 120e-3, 7e6};  // f33a: 57-103 ms on halving-doubling with lo throttled
+    const Diagnosis& g = settle(d, featuresOf(j));
+    EXPECT_EQ(g.cause, "congested_link");
+    EXPECT_EQ(g.link, "same_host") << g.detail;
+    EXPECT_FALSE(g.carried);
+
+    JobState h;
+    h.topology = int(Topology::kHierarchical);
+    h.other_host = {6e-3, 14e-3, 7e6};
+    Features f = featuresOf(h);
+    f.ring_probe = {.seconds = 0.020, .at_ns = 2, .reference_s = 0.004, .ratio = 5};
+    const Diagnosis& carried = settle(d, f);
+    EXPECT_EQ(carried.link, "same_host") << carried.detail;
+    EXPECT_TRUE(carried.carried);
+    EXPECT_NE(carried.detail.find("last seen on a flat topology"), std::string::npos)
+        << carried.detail;
+    f.ring_probe = {.seconds = 0.0045, .at_ns = 3, .reference_s = 0.004, .ratio = 1.125};
+    EXPECT_EQ(d.update(f).cause, "none");
+  }
+}
+
 // Hierarchical's leaders keep the inter-host RTT at 6 ms: no congestion diagnosis from it; a
 // diagnosis made on the ring before the switch is carried, marked as such.
 TEST(Diagnosis, HierarchicalsOwnTrafficIsNotCongestion) {
