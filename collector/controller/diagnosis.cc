@@ -94,7 +94,7 @@ bool Diagnoser::decided(const Features& f, int link) {
   // diagnosed 9.5 s later, on the next ring probe (a clean-clone CI rehearsal, 2026-12-07).
   if (!f.live() || !f.has_links || link < 0 || link >= kLinkCount || !f.config_consistent)
     return false;
-  const bool flat = f.topology && linksObservable(*f.topology);
+  const bool flat = linksObservable(f.topology);
   Diagnosis d;
   if (linkExcess(f, link, d, flat) < 1) return false;
   if (flat) {
@@ -116,7 +116,7 @@ Diagnosis Diagnoser::raw(const Features& f) {
   // past their threshold, and the diagnosis read cpu_contention for the whole phase. Over three
   // benchmark runs' halving-doubling looks, 2 of 583 in clear phases read a link over its
   // thresholds (single looks, which the hold drops), 9 of 9 with lo throttled.
-  const bool flat = f.topology && linksObservable(*f.topology) && f.config_consistent;
+  const bool flat = linksObservable(f.topology) && f.config_consistent;
   std::string probe_why;
   const RingProbeJudge::Verdict probe =
       flat ? RingProbeJudge::Verdict::kNone : ring_probe_.update(f, f.now_ns, probe_why);

@@ -31,7 +31,10 @@ std::string_view linkName(Link l);  // "same_host", "other_host"
 // large chunks, so a congested link shows on them directly. Hierarchical loads the links with
 // its own pattern: its node stage runs in shared memory, so its same-host sockets carry small
 // control messages (RTT 6-18 ms throttled or not), and its leaders large inter-host chunks.
-inline bool linksObservable(Topology t) { return t != Topology::kHierarchical; }
+// (False while the topology is unknown.)
+inline bool linksObservable(std::optional<Topology> t) {
+  return t && *t != Topology::kHierarchical;
+}
 
 // One link class's transport signals over the window: the worst series' quantiles (series are
 // per rank and peer node), RTT in seconds, bytes queued and unacknowledged.

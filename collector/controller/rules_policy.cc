@@ -132,7 +132,7 @@ Decision RulesPolicy::react(const Features& f, const Arm& current, int64_t now_n
   why +=
       figures(" (%.1fx the threshold; latest samples/s %.0f, ", excess(f, link), f.samples_per_s) +
       figures("%.0f calm: decisive between steps)", calm_samples_, 0);
-  const bool by_link = trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
+  const bool by_link = byLink(f);
   climb(f, d, signal, wanted, link, why, by_link, now_ns);
   moved(d, current, false, now_ns);
   return d;

@@ -84,6 +84,10 @@ class RulesPolicy final : public Policy {
   // A slowdown the links do not show (slow_since_ns_, its level), and otherwise this rung's calm
   // levels (samples/s, allreduce share).
   void followCalm(const Features& f, int level, int wanted, int64_t now_ns);
+  // Whether the last climb's cause is a link class (or RDMA) the features still show.
+  bool byLink(const Features& f) const {
+    return trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
+  }
   // The way back this step, judged on the cause of the last climb (rules_way_back.cc). Sets
   // clear_since_ns_ while the all-clear reads clear, and the clocks of the verdicts from this rung
   // (rdma_congested_ns_, link_throttled_ns_, the ring probe's rounds).

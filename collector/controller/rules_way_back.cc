@@ -15,7 +15,7 @@ RulesPolicy::WayBack RulesPolicy::wayBack(const Features& f, Signal signal, cons
   // (and the job not severe anywhere). Without: the job's totals below the low thresholds for
   // ring; for the top rung, anything short of severe.
   WayBack back;
-  back.by_link = trigger_link_ >= 0 && (f.has_links || trigger_link_ == kRdmaLink);
+  back.by_link = byLink(f);
   bool may_descend = false;
   // RDMA's loss on the higher rung is a verdict on the same link (hierarchical's leaders and
   // halving-doubling cross it; their own pattern did not raise it: clear hierarchical 0-0.027
