@@ -7,7 +7,9 @@
 // open is one rdma_rxe's kernel probes see: a work request is counted once, by the cheaper side.
 // Where rdma_rxe is up, a process waits for its first device (no work request can be posted
 // before), checked each step; the choice is logged once per process and exported as
-// bpftrain_rdma_source_info.
+// bpftrain_rdma_source_info. The completion program is the sleepable one where the kernel loads
+// it (6.0 and later), else the non-faulting one (bpf/rdma_verbs.bpf.c says why); the log says
+// which when it is the latter.
 #include "bpf/rdma_verbs.h"
 
 #include <array>
@@ -33,6 +35,8 @@ constexpr Entry kEntries[] = {
     {"on_pair_send_memory_region", "_ZN4gloo9transport7ibverbs4Pair16sendMemoryRegionEP6ibv_mri"},
     {"on_pair_post_receive", "_ZN4gloo9transport7ibverbs4Pair11postReceiveEv"},
     {"on_pair_handle_completion", "_ZN4gloo9transport7ibverbs4Pair16handleCompletionEP6ibv_wc"},
+    {"on_pair_handle_completion_sleepable",
+     "_ZN4gloo9transport7ibverbs4Pair16handleCompletionEP6ibv_wc"},
 };
 
 // The libgloo a process maps, as a path this process can open; "" when it maps none.
@@ -53,12 +57,13 @@ constexpr size_t kOutstanding = 0, kCompletion = 1;
 
 class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
  public:
-  // Nothing attaches at load: only finds the programs, which attachTarget uses.
+  // Nothing attaches at load: only finds the programs, which attachTarget uses (of the two
+  // completion programs, the one loaded).
   Status attach(size_t, const ProbeDef& def) override {
     for (std::string_view name : def.programs) {
       bpf_program* prog = bpf_object__find_program_by_name(object(), std::string(name).c_str());
       if (!prog) return Status::error("program " + std::string(name) + " missing from the object");
-      programs_.push_back(prog);
+      if (bpf_program__fd(prog) >= 0) programs_.push_back(prog);
     }
     return {};
   }
@@ -190,7 +195,7 @@ class Object final : public RingProbeObject<rdma_verbs_sample, 2> {
 const ProbeDef kProbes[] = {
     {"rdma_verbs",
      {"on_pair_send", "on_pair_send_memory_region", "on_pair_post_receive",
-      "on_pair_handle_completion"},
+      "on_pair_handle_completion_sleepable", "on_pair_handle_completion"},
      "uprobes gloo::transport::ibverbs::Pair::{send,sendMemoryRegion,postReceive,"
      "handleCompletion} (per target process, in its libgloo)"},
 };
@@ -202,18 +207,40 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
   const auto op = [](const metrics::MetricDef& metric, const char* value) {
     return CounterDef{0, &metric, "op", value, true, "source", "gloo"};
   };
-  auto loaded = loadObject<rdma_verbs_counts, Object>(
-      BPFTRAIN_SKELETON(rdma_verbs), kProbes, env, notes,
-      {op(metrics::kRdmaWorkRequests, "write"),
-       op(metrics::kRdmaWorkRequests, "send"),
-       op(metrics::kRdmaWorkRequests, "recv"),
-       op(metrics::kRdmaWorkCompletions, "write"),
-       op(metrics::kRdmaWorkCompletions, "send"),
-       op(metrics::kRdmaWorkCompletions, "recv"),
-       {0, &metrics::kRdmaBytes, "source", "gloo"},
-       {0, &metrics::kRdmaUnmatchedCompletions, "source", "gloo"}});
-  if (loaded.ok()) static_cast<Object*>(loaded.value().get())->configure(env);
-  return loaded;
+  const std::vector<CounterDef> counters = {
+      op(metrics::kRdmaWorkRequests, "write"),
+      op(metrics::kRdmaWorkRequests, "send"),
+      op(metrics::kRdmaWorkRequests, "recv"),
+      op(metrics::kRdmaWorkCompletions, "write"),
+      op(metrics::kRdmaWorkCompletions, "send"),
+      op(metrics::kRdmaWorkCompletions, "recv"),
+      {0, &metrics::kRdmaBytes, "source", "gloo"},
+      {0, &metrics::kRdmaUnmatchedCompletions, "source", "gloo"}};
+  // The sleepable completion program first; a kernel without sleepable uprobes (before 6.0)
+  // refuses the whole object, which then loads with the non-faulting one.
+  std::string no_sleepable;
+  for (const bool sleepable : {true, false}) {
+    auto loaded = loadObject<rdma_verbs_counts, Object>(
+        BPFTRAIN_SKELETON(rdma_verbs), kProbes, env, notes, counters, [&](rdma_verbs_bpf* skel) {
+          bpf_program__set_autoload(sleepable ? skel->progs.on_pair_handle_completion
+                                              : skel->progs.on_pair_handle_completion_sleepable,
+                                    false);
+        });
+    if (!loaded.ok() && sleepable) {
+      no_sleepable = loaded.status().message();
+      continue;
+    }
+    if (!loaded.ok()) return loaded;
+    if (!sleepable)
+      std::fprintf(stderr,
+                   "bpftrain: rdma_verbs: completions read without faulting (no sleepable "
+                   "uprobes: %s); one whose ibv_wc page NUMA balancing has just unmapped is "
+                   "counted as lost\n",
+                   no_sleepable.c_str());
+    static_cast<Object*>(loaded.value().get())->configure(env);
+    return loaded;
+  }
+  return Status::error("unreachable");
 }
 
 }  // namespace
