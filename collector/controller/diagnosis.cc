@@ -7,22 +7,31 @@
 
 namespace bpftrain::collector::controller {
 
+double Diagnoser::deliveryExcess(const Features& f, int l, bool rtt_observable) const {
+  // The delivery rate shows a throttled link whose RTT does not move (BBR): the inter-host
+  // links' as the rules policy reads it (RulesConfig::delivery_drop_fraction), the same-host
+  // links' where they carry the topology's traffic (a flat one) and only far down
+  // (DiagnosisConfig::same_host_delivery_drop_fraction).
+  const LinkSignals& ls = f.links[size_t(l)];
+  const bool same = Link(l) == Link::kSameHost;
+  if (!ls.seen || ls.delivery_ratio <= 0 || (same && !rtt_observable)) return 0;
+  return (same ? config_.same_host_delivery_drop_fraction : config_.delivery_drop_fraction) /
+         ls.delivery_ratio;
+}
+
 double Diagnoser::linkExcess(const Features& f, int l, Diagnosis& out, bool rtt_observable) const {
   const LinkSignals& ls = f.links[size_t(l)];
   if (!ls.seen) return 0;
   const double limit =
       Link(l) == Link::kSameHost ? config_.same_host_rtt_p50_s : config_.other_host_rtt_p50_s;
-  // The delivery rate shows a throttled link whose RTT does not move (BBR).
-  // Inter-host links only, as the rules policy (RulesConfig::delivery_drop_fraction).
-  const double delivery = Link(l) == Link::kOtherHost && ls.delivery_ratio > 0
-                              ? config_.delivery_drop_fraction / ls.delivery_ratio
-                              : 0;
+  const bool same = Link(l) == Link::kSameHost;
+  const double delivery = deliveryExcess(f, l, rtt_observable);
   // An inter-host link that carries its usual rate is not the slow one, whatever its RTT: on
   // the ring with lo throttled its RTT median rose to 8.6 ms (the ranks behind the throttled
   // same-host hop answer late) at 0.74x its delivery level, and the diagnosis named it before
   // the same-host links (the quiet four-phase run, 2026-12-04).
   const bool carries_its_rate =
-      delivery > 0 && ls.delivery_ratio >= config_.delivery_clear_fraction;
+      !same && delivery > 0 && ls.delivery_ratio >= config_.delivery_clear_fraction;
   const double rtt_excess =
       carries_its_rate || !rtt_observable
           ? 0
@@ -96,7 +105,21 @@ bool Diagnoser::decided(const Features& f, int link) {
     return false;
   const bool flat = linksObservable(f.topology);
   Diagnosis d;
-  if (linkExcess(f, link, d, flat) < 1) return false;
+  double excess = linkExcess(f, link, d, flat);
+  if (excess < 1) return false;
+  // The move's link is that signal corroborated, and named over a class whose RTT reads worse
+  // (the ranks behind a throttled hop answer late on the others). Not over a class whose own
+  // delivery rate shows it throttled further past its threshold: that rate is a direct reading
+  // of the link. f38 bandit r1 (five-phase, 2026-12-07) moved on the inter-host RTT (10.4 ms,
+  // 2.1x its threshold) 0.37 s after lo was throttled, with same-host delivery at 0.007x.
+  for (int l = 0; l < kLinkCount; ++l)
+    if (Diagnosis other; l != link && deliveryExcess(f, l, flat) >= 1) {
+      if (const double e = linkExcess(f, l, other, flat); e > excess) {
+        excess = e;
+        d = std::move(other);
+        link = l;
+      }
+    }
   if (flat) {
     flat_link_ = d;
     moved_on_link_ = link;

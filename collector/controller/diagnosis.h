@@ -28,6 +28,15 @@ struct DiagnosisConfig {
   double rtt_jitter_s = RulesConfig{}.rtt_jitter_high_s;
   double delivery_drop_fraction = RulesConfig{}.delivery_drop_fraction;
   double delivery_clear_fraction = RulesConfig{}.delivery_clear_fraction;
+  // The same-host links' delivery rate against their level, on a flat topology: lo's throttle
+  // shows there at once (f38, five-phase, 2026-12-07: 0.005-0.007x in the looks right after the
+  // intra-host onsets on the ring, every one; over 3,300 looks in clear phases and 93 in the
+  // uplink phase no reading under 0.39x). The policies do not act on it (RulesConfig: loopback's
+  // rate follows the CPU the ranks leave it); the diagnosis names the link class by it. f38
+  // bandit r1 met lo's throttle with the inter-host RTT past its threshold first (10.4 ms, its
+  // ring hops waiting on the throttled same-host ones), its move named that link, and the
+  // diagnosis kept "other_host" for the intra-host phase while same-host delivery read 0.007x.
+  double same_host_delivery_drop_fraction = 0.1;
   // The ring probe (ring_probe_judge.h) reading the ring's links clear: a same-host congestion
   // last seen on a flat topology is no longer carried on hierarchical. The policies' thresholds,
   // but one clear round: a diagnosis wrong for a round costs nothing, a step down does.
@@ -85,6 +94,8 @@ class Diagnoser {
   bool linkCongestion(const Features& f, Diagnosis& out, bool rtt_observable) const;
   // How far link class `l` is over its thresholds (>= 1: congested), with `out` describing it.
   double linkExcess(const Features& f, int l, Diagnosis& out, bool rtt_observable) const;
+  // The part of it that the link class's delivery rate shows (0: none, or not read).
+  double deliveryExcess(const Features& f, int l, bool rtt_observable) const;
   Diagnosis raw(const Features& f);
   DiagnosisConfig config_;
   Diagnosis last_;

@@ -115,6 +115,38 @@ TEST(Diagnosis, TheLinkTheControllerMovedOnIsCarriedNotTheRingsWorstRtt) {
   EXPECT_TRUE(g.carried);
 }
 
+// The other way round: lo throttled on the ring, and the first look after it finds the inter-host
+// RTT past its threshold further than the same-host RTT (the ranks behind the throttled hop answer
+// late), so the policy moves on the inter-host link. The same-host links' delivery rate, a direct
+// reading, has collapsed: they are named and carried. f38 bandit r1 (five-phase, 2026-12-07):
+// inter-host RTT 10.4 ms at 0.48x its delivery level, same-host 9 ms at 0.007x; the diagnosis
+// read "other_host" for the whole intra-host phase.
+TEST(Diagnosis, ASameHostDeliveryCollapseIsNamedOverAMoveOnTheInterHostRtt) {
+  DeliveryRing r;
+  r.j.same_host.delivery = 9.6e9;  // their level, learned while clear
+  for (int i = 0; i < 14; ++i) EXPECT_EQ(r.held().cause, "none");
+  JobState throttled = r.j;
+  throttled.same_host = {9e-3, 12e-3, 7e6, 0.066e9};
+  throttled.other_host = {10.4e-3, 12e-3, 0.8e6, 0.477e9};
+  const Features& look = r.ex.update(snapshotsOf(throttled), r.next());
+  ASSERT_TRUE(r.d.decided(look, int(Link::kOtherHost)));
+  EXPECT_EQ(r.d.last().link, "same_host") << r.d.last().detail;
+  EXPECT_NE(r.d.last().detail.find("0.01x its level"), std::string::npos) << r.d.last().detail;
+  r.j.topology = int(Topology::kHierarchical);
+  r.j.same_host = {};
+  r.j.other_host = {2e-3, 9e-3, 6e6};
+  const Diagnosis& g = r.held();
+  EXPECT_EQ(g.link, "same_host") << g.detail;
+  EXPECT_TRUE(g.carried);
+
+  // Clear phases read same-host delivery down to 0.39x its level (f38): no congestion.
+  DeliveryRing clear;
+  clear.j.same_host.delivery = 9.6e9;
+  for (int i = 0; i < 14; ++i) clear.held();
+  clear.j.same_host.delivery = 0.39 * 9.6e9;
+  EXPECT_EQ(clear.held().cause, "none") << clear.held().detail;
+}
+
 // On hierarchical the inter-host RTT is its leaders' own pattern, but the delivery rate still
 // shows a throttled uplink once hierarchical has a level of its own (features.h): named there
 // too.
