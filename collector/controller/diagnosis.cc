@@ -112,17 +112,19 @@ bool Diagnoser::decided(const Features& f, int link) {
   // delivery rate shows it throttled further past its threshold: that rate is a direct reading
   // of the link. f38 bandit r1 (five-phase, 2026-12-07) moved on the inter-host RTT (10.4 ms,
   // 2.1x its threshold) 0.37 s after lo was throttled, with same-host delivery at 0.007x.
-  for (int l = 0; l < kLinkCount; ++l)
-    if (Diagnosis other; l != link && deliveryExcess(f, l, flat) >= 1) {
-      if (const double e = linkExcess(f, l, other, flat); e > excess) {
-        excess = e;
-        d = std::move(other);
-        link = l;
-      }
+  int named = link;
+  for (int l = 0; l < kLinkCount; ++l) {
+    if (l == link || deliveryExcess(f, l, flat) < 1) continue;
+    Diagnosis other;
+    if (const double e = linkExcess(f, l, other, flat); e > excess) {
+      excess = e;
+      d = std::move(other);
+      named = l;
     }
+  }
   if (flat) {
     flat_link_ = d;
-    moved_on_link_ = link;
+    moved_on_link_ = named;
   }
   last_ = std::move(d);
   candidate_ = {};

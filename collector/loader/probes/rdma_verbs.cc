@@ -30,13 +30,15 @@ struct Entry {
   std::string_view program;
   std::string_view symbol;
 };
+// Pair::handleCompletion(ibv_wc*): both completion programs (one loaded) enter it.
+constexpr std::string_view kHandleCompletion =
+    "_ZN4gloo9transport7ibverbs4Pair16handleCompletionEP6ibv_wc";
 constexpr Entry kEntries[] = {
     {"on_pair_send", "_ZN4gloo9transport7ibverbs4Pair4sendEPNS1_6BufferEmmm"},
     {"on_pair_send_memory_region", "_ZN4gloo9transport7ibverbs4Pair16sendMemoryRegionEP6ibv_mri"},
     {"on_pair_post_receive", "_ZN4gloo9transport7ibverbs4Pair11postReceiveEv"},
-    {"on_pair_handle_completion", "_ZN4gloo9transport7ibverbs4Pair16handleCompletionEP6ibv_wc"},
-    {"on_pair_handle_completion_sleepable",
-     "_ZN4gloo9transport7ibverbs4Pair16handleCompletionEP6ibv_wc"},
+    {"on_pair_handle_completion", kHandleCompletion},
+    {"on_pair_handle_completion_sleepable", kHandleCompletion},
 };
 
 // The libgloo a process maps, as a path this process can open; "" when it maps none.

@@ -65,6 +65,14 @@ struct DeliveryRing {
     d.update(ex.update(snapshotsOf(j), next()));
     return d.update(ex.update(snapshotsOf(j), next()));
   }
+  // The job climbed to hierarchical, whose leaders' inter-host RTT reads its own pattern: what
+  // the diagnosis carries there.
+  const Diagnosis& heldOnHierarchical() {
+    j.topology = int(Topology::kHierarchical);
+    j.same_host = {};
+    j.other_host = {2e-3, 9e-3, 6e6};
+    return held();
+  }
 };
 
 // A throttled uplink whose RTT BBR keeps low: the delivery rate against its learned level names
@@ -107,10 +115,7 @@ TEST(Diagnosis, TheLinkTheControllerMovedOnIsCarriedNotTheRingsWorstRtt) {
       << settle(held_alone, look).detail;
   ASSERT_TRUE(r.d.decided(look, int(Link::kSameHost)));
   EXPECT_EQ(r.d.last().link, "same_host") << r.d.last().detail;
-  r.j.topology = int(Topology::kHierarchical);
-  r.j.same_host = {};
-  r.j.other_host = {2e-3, 9e-3, 6e6};
-  const Diagnosis& g = r.held();
+  const Diagnosis& g = r.heldOnHierarchical();
   EXPECT_EQ(g.link, "same_host") << g.detail;
   EXPECT_TRUE(g.carried);
 }
@@ -132,10 +137,7 @@ TEST(Diagnosis, ASameHostDeliveryCollapseIsNamedOverAMoveOnTheInterHostRtt) {
   ASSERT_TRUE(r.d.decided(look, int(Link::kOtherHost)));
   EXPECT_EQ(r.d.last().link, "same_host") << r.d.last().detail;
   EXPECT_NE(r.d.last().detail.find("0.01x its level"), std::string::npos) << r.d.last().detail;
-  r.j.topology = int(Topology::kHierarchical);
-  r.j.same_host = {};
-  r.j.other_host = {2e-3, 9e-3, 6e6};
-  const Diagnosis& g = r.held();
+  const Diagnosis& g = r.heldOnHierarchical();
   EXPECT_EQ(g.link, "same_host") << g.detail;
   EXPECT_TRUE(g.carried);
 
