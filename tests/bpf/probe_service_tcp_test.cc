@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -107,17 +108,23 @@ TEST_F(ProbeServiceTest, DeliveryRateShowsWhatThePathCarries) {
                   {{"job", "manual"}, {"rank", rank}, {"transport", "tcp"}, {"link", "same_host"}});
   };
   const auto fast_rate = get("0"), slow_rate = get("1");
-  std::printf("delivery rate: fast %lu samples p50 %.3g B/s, slow %lu samples p50 %.3g B/s\n",
-              static_cast<unsigned long>(fast_rate.count), quantile(fast_rate, 0.5),
-              static_cast<unsigned long>(slow_rate.count), quantile(slow_rate, 0.5));
-  // Measured: slow 4.5e7 B/s over 45 samples (a rate sample spans the bursts the reader's window
-  // lets out: above its 8 MB/s, far below loopback's), fast 1.2-1.3e10 over 1-4 samples (its
-  // reader keeps up, so most of its samples are application-limited and left out).
-  ASSERT_GE(slow_rate.count, 10u);
-  EXPECT_GT(quantile(slow_rate, 0.5), 1e6);
-  EXPECT_LT(quantile(slow_rate, 0.5), 5e8) << "the reader takes 8 MB/s";
+  const std::string seen = "fast " + std::to_string(fast_rate.count) + " samples p50 " +
+                           std::to_string(quantile(fast_rate, 0.5)) + " max " +
+                           std::to_string(fast_rate.max) + " B/s, slow " +
+                           std::to_string(slow_rate.count) + " samples p50 " +
+                           std::to_string(quantile(slow_rate, 0.5)) + " B/s";
+  std::printf("delivery rate: %s\n", seen.c_str());
+  // Measured: slow 4.5e7 B/s over 18-26 samples (a rate sample spans the bursts the reader's
+  // window lets out: above its 8 MB/s, far below loopback's), fast p50 2.9e9-3.4e10 over 0-16
+  // samples (its reader keeps up, so most of its samples are application-limited and left out).
+  ASSERT_GE(slow_rate.count, 10u) << seen;
+  EXPECT_GT(quantile(slow_rate, 0.5), 1e6) << seen;
+  EXPECT_LT(quantile(slow_rate, 0.5), 5e8) << "the reader takes 8 MB/s; " << seen;
+  // The fast stream's fastest sample, not its median: over 1-3 samples one taken while the
+  // reader (this process, on a 2-core host) was off its core reads the stall, which is what the
+  // path carried then. One failure in CI (2026-12-07, stop 36) did not print which check failed.
   if (fast_rate.count > 0) {
-    EXPECT_GT(quantile(fast_rate, 0.5), 20 * quantile(slow_rate, 0.5));
+    EXPECT_GT(fast_rate.max, 20 * quantile(slow_rate, 0.5)) << seen;
   }
 }
 
