@@ -237,6 +237,7 @@ int run(int argc, char** argv) {
     po.all_processes = cfg.all_processes;
     po.rdma_sources = cfg.rdma_sources_all ? loader::RdmaSources::kAll : loader::RdmaSources::kAuto;
     po.rdma_rxe_kprobes = cfg.rdma_rxe_kprobes;
+    po.rdma_verbs_nonfaulting = cfg.rdma_verbs_nonfaulting;
     po.pids = cfg.pids;
     po.cgroups = cfg.cgroups;
     po.disabled = {cfg.disabled_probes.begin(), cfg.disabled_probes.end()};
@@ -496,7 +497,8 @@ int run(int argc, char** argv) {
     if (fresh.no_bpf != cfg.no_bpf || fresh.pids != cfg.pids || fresh.cgroups != cfg.cgroups ||
         fresh.all_processes != cfg.all_processes ||
         fresh.rdma_sources_all != cfg.rdma_sources_all ||
-        fresh.rdma_rxe_kprobes != cfg.rdma_rxe_kprobes)
+        fresh.rdma_rxe_kprobes != cfg.rdma_rxe_kprobes ||
+        fresh.rdma_verbs_nonfaulting != cfg.rdma_verbs_nonfaulting)
       note(restart, "bpf targets");
     if (fresh.discover != cfg.discover || fresh.discover_max_jobs != cfg.discover_max_jobs)
       note(restart, "discovery");

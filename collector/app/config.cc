@@ -229,6 +229,17 @@ const std::map<std::string, Setting>& settings() {
                                                            c.rdma_rxe_kprobes = v == "kprobe";
                                                            return {};
                                                          }}},
+      {"rdma_verbs_read",
+       {false, false,
+        [](CollectorConfig& c, const std::string& v) -> std::
+                                                         string {
+                                                           if (v != "auto" && v != "nonfaulting")
+                                                             return "expected auto or nonfaulting" +
+                                                                    got(v);
+                                                           c.rdma_verbs_nonfaulting =
+                                                               v == "nonfaulting";
+                                                           return {};
+                                                         }}},
       {"discover",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::
@@ -595,6 +606,9 @@ const char* collectorUsage() {
          "                         uprobes); all: every source that sees it\n"
          "  --rdma-rxe-attach auto|kprobe  rdma_rxe by fentry where the kernel can (auto), or\n"
          "                         by its kprobes (to compare the two)\n"
+         "  --rdma-verbs-read auto|nonfaulting  rdma_verbs reads completions with a sleepable\n"
+         "                         program where the kernel loads one (6.0+), or without faulting\n"
+         "                         (a failed read counted as lost; to test that path)\n"
          "  --discover             find training ranks (torchrun, mpirun, srun) from their "
          "environment\n"
          "  --discover-max-jobs N  jobs --discover follows at most (32); more are counted\n"

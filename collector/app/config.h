@@ -65,6 +65,9 @@ struct CollectorConfig {
   // --rdma-sources all (default auto: collector/loader/rdma_source.h)
   bool rdma_sources_all = false;
   bool rdma_rxe_kprobes = false;  // --rdma-rxe-attach kprobe: rdma_rxe's kprobes even with fentry
+  // --rdma-verbs-read nonfaulting: rdma_verbs' non-faulting completion read even where the
+  // sleepable one loads
+  bool rdma_verbs_nonfaulting = false;
   bool discover = false;          // --discover: find torchrun/mpirun/srun ranks on this host
   size_t discover_max_jobs = 32;  // --discover-max-jobs: more jobs are counted, not followed
   bool list_probes = false;

@@ -236,6 +236,23 @@ Result<std::unique_ptr<ProbeObject>> loadObject(const SkeletonOps<Skel>& ops,
   return obj;
 }
 
+// A module with two forms of its programs (rdma_rxe: fentry, else kprobes; rdma_verbs: a
+// sleepable completion program, else a non-faulting one): `load(true)` builds the preferred form
+// unless `why_not_preferred` already says why not (a kernel without what it needs, or an option
+// that asks for the other); when the kernel refuses it, `why_not_preferred` says so, with
+// libbpf's reason, and `load(false)` builds the other. The module logs which form it runs, with
+// that reason.
+template <typename Load>
+Result<std::unique_ptr<ProbeObject>> loadPreferredElseFallback(std::string& why_not_preferred,
+                                                               Load&& load) {
+  if (why_not_preferred.empty()) {
+    auto loaded = load(true);
+    if (loaded.ok()) return loaded;
+    why_not_preferred = "the kernel refused it: " + loaded.status().message();
+  }
+  return load(false);
+}
+
 // An object with a ring buffer of `Sample` records (each carrying its slot) that become up to
 // `kSeries` series per slot: the module derives from it and writes only onSample, which reads
 // sink() and series_ (the slot's ids, looked up on its first sample and forgotten on release).

@@ -38,6 +38,9 @@ struct ProbeOptions {
   // rdma_rxe by its kprobes even where its fentry programs would attach (--rdma-rxe-attach
   // kprobe): the two compared in one boot, and the fallback path tested where fentry works.
   bool rdma_rxe_kprobes = false;
+  // rdma_verbs' non-faulting completion program even where the sleepable one loads
+  // (--rdma-verbs-read nonfaulting): the fallback of a kernel before 6.0, tested where 6.0+ runs.
+  bool rdma_verbs_nonfaulting = false;
   std::string proc_root = "/proc";
   // Bytes of each ring buffer (a power of 2, at least a page); 0: the object's own (1 MiB). Tests
   // shrink it to fill a ring and check that every event lost is counted.

@@ -119,9 +119,8 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
   // trampolines, no BTF for the module's functions) gets the kprobes alone.
   std::string no_fentry = why;
   if (no_fentry.empty() && env.options.rdma_rxe_kprobes) no_fentry = "--rdma-rxe-attach kprobe";
-  for (const bool fentry : {true, false}) {
-    if (fentry && !no_fentry.empty()) continue;
-    auto loaded = loadObject<rdma_rxe_counts, Object>(
+  auto loaded = loadPreferredElseFallback(no_fentry, [&](bool fentry) {
+    return loadObject<rdma_rxe_counts, Object>(
         BPFTRAIN_SKELETON(rdma_rxe), kProbes, env, notes, counters, [&](rdma_rxe_bpf* skel) {
           bpf_program* const fentry_progs[] = {skel->progs.on_post_send_fentry,
                                                skel->progs.on_do_complete_fentry,
@@ -136,14 +135,9 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
           for (bpf_program* prog : kprobe_progs) bpf_program__set_autoload(prog, false);
           notes.markDown(0, why);
         });
-    if (!loaded.ok() && fentry) {
-      no_fentry = "the fentry programs did not load: " + loaded.status().message();
-      continue;
-    }
-    if (loaded.ok()) static_cast<Object&>(*loaded.value()).no_fentry = no_fentry;
-    return loaded;
-  }
-  return Status::error("unreachable");
+  });
+  if (loaded.ok()) static_cast<Object&>(*loaded.value()).no_fentry = no_fentry;
+  return loaded;
 }
 
 }  // namespace

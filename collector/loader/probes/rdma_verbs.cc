@@ -220,29 +220,25 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
       {0, &metrics::kRdmaUnmatchedCompletions, "source", "gloo"}};
   // The sleepable completion program first; a kernel without sleepable uprobes (before 6.0)
   // refuses the whole object, which then loads with the non-faulting one.
-  std::string no_sleepable;
-  for (const bool sleepable : {true, false}) {
-    auto loaded = loadObject<rdma_verbs_counts, Object>(
+  std::string no_sleepable =
+      env.options.rdma_verbs_nonfaulting ? "--rdma-verbs-read nonfaulting" : "";
+  auto loaded = loadPreferredElseFallback(no_sleepable, [&](bool sleepable) {
+    return loadObject<rdma_verbs_counts, Object>(
         BPFTRAIN_SKELETON(rdma_verbs), kProbes, env, notes, counters, [&](rdma_verbs_bpf* skel) {
           bpf_program__set_autoload(sleepable ? skel->progs.on_pair_handle_completion
                                               : skel->progs.on_pair_handle_completion_sleepable,
                                     false);
         });
-    if (!loaded.ok() && sleepable) {
-      no_sleepable = loaded.status().message();
-      continue;
-    }
-    if (!loaded.ok()) return loaded;
-    if (!sleepable)
-      std::fprintf(stderr,
-                   "bpftrain: rdma_verbs: completions read without faulting (no sleepable "
-                   "uprobes: %s); one whose ibv_wc page NUMA balancing has just unmapped is "
-                   "counted as lost\n",
-                   no_sleepable.c_str());
-    static_cast<Object*>(loaded.value().get())->configure(env);
-    return loaded;
-  }
-  return Status::error("unreachable");
+  });
+  if (!loaded.ok()) return loaded;
+  if (!no_sleepable.empty())
+    std::fprintf(stderr,
+                 "bpftrain: rdma_verbs: completions read without faulting (not the sleepable "
+                 "program: %s); one whose ibv_wc "
+                 "page NUMA balancing has just unmapped is counted as lost\n",
+                 no_sleepable.c_str());
+  static_cast<Object*>(loaded.value().get())->configure(env);
+  return loaded;
 }
 
 }  // namespace

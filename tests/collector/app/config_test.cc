@@ -92,7 +92,11 @@ TEST(ConfigTest, EveryFlag) {
                     "--probe-run-stats",
                     "off",
                     "--enable-probe",
-                    "thp_faults"},
+                    "thp_faults",
+                    "--rdma-rxe-attach",
+                    "kprobe",
+                    "--rdma-verbs-read",
+                    "nonfaulting"},
                    c, err))
       << err;
   EXPECT_EQ(c.listen.str(), "0.0.0.0:1");
@@ -113,6 +117,9 @@ TEST(ConfigTest, EveryFlag) {
   EXPECT_EQ(c.disabled_probes, (std::vector<std::string>{"thp_faults", "tcp"}));
   EXPECT_EQ(c.probe_run_stats, "off");
   EXPECT_EQ(c.enabled_probes, std::vector<std::string>{"thp_faults"});
+  EXPECT_TRUE(c.rdma_rxe_kprobes && c.rdma_verbs_nonfaulting);
+  EXPECT_FALSE(load({"--rdma-verbs-read", "never"}, c, err));
+  EXPECT_NE(err.find("expected auto or nonfaulting"), std::string::npos) << err;
   EXPECT_FALSE(load({"--probe-run-stats", "sometimes"}, c, err));
   EXPECT_NE(err.find("expected sampled, on or off"), std::string::npos) << err;
 }
