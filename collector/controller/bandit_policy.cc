@@ -306,6 +306,18 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       endTrial(true);
       return d;
     }
+    // Hierarchical tried on a flat arm's congested links is judged as the rules judge their step
+    // up: kept unless slow. Its reference is the reading that corroborated the change, whose
+    // step began before the congestion did: f39 bandit r0 (five-phase) met host1's uplink
+    // throttle on the ring at 440 samples/s (the throttled ring ran 300-380), hierarchical's
+    // trial read 432 against it and lost, and the ring and halving-doubling ran 7.5 s of the
+    // phase before hierarchical's mean won it back. A false link change costs a stint on
+    // hierarchical until the ring probe or the re-probe timer finds the ring again.
+    if (!slow && trial_->upper_bound &&
+        config_.arms[trial_->arm].topology == Topology::kHierarchical) {
+      endTrial(true);
+      return d;
+    }
     const bool better =
         mean >= trial_->reference * (trial_->upper_bound ? 1 : 1 + config_.switch_margin);
     if (better && mean < trial_->reference * (1 + config_.confirm_margin) &&

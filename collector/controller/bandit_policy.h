@@ -155,7 +155,8 @@ class BanditPolicy final : public Policy {
     bool by_probe = false;    // that re-probe was made on the ring probe's clear verdict
     bool after_lift = false;  // the first trial after a change that raised the reward
     // The reference is an upper bound: the reading that corroborated a link change while the
-    // incumbent's step was still slowing down. Matching it is enough.
+    // incumbent's step was still slowing down. Matching it is enough; hierarchical, the arm such
+    // a change tries first, is kept unless slow.
     bool upper_bound = false;
     double sum = 0;
     int n = 0;

@@ -308,6 +308,59 @@ TEST(BanditPolicy, BetweenStepsAFarPastRingLinkStartsTheFirstTrial) {
   }
 }
 
+// f39 bandit r0 (five-phase, 2026-12-07): host1's uplink throttle met between steps on the ring,
+// its inter-host delivery rate at 0.08x its level, the latest reading 440 samples/s (the step in
+// flight began before the onset; the throttled ring ran 300-380). Hierarchical's trial read 432,
+// lost against that reading, and the ring and halving-doubling ran 7.5 s of the phase before
+// hierarchical won it back. Hierarchical tried on congested links is now kept unless slow.
+TEST(BanditPolicy, HierarchicalTriedOnAnUplinkChangeIsKeptBelowTheReadingThatShowedIt) {
+  auto uplink = [](Topology t, double sps) {
+    Features f = linkFeatures(t, sps, sps, 1.5e-3);
+    LinkSignals& oh = f.links[int(Link::kOtherHost)];
+    oh.seen = true;
+    oh.samples = 500;
+    oh.rtt_p50_s = 1.7e-3;  // BBR: the RTT does not show it
+    oh.rtt_p99_s = 3e-3;
+    oh.delivery_ratio = 0.08;
+    return f;
+  };
+  BanditPolicy p;
+  Arm cur{};
+  int64_t ns = 0;
+  int quiet = 0;
+  for (int i = 0; i < 200 && quiet < 30; ++i, ns += kStepNs) {
+    const double sps = cur.topology == Topology::kRing ? 200 : 150;
+    Decision d = p.decide(linkFeatures(cur.topology, sps, sps, 1.5e-3), cur, ns);
+    quiet = d.change ? 0 : quiet + 1;
+    if (d.change) cur = d.to;
+  }
+  ASSERT_EQ(cur.topology, Topology::kRing);
+  EXPECT_FALSE(p.react(uplink(Topology::kRing, 112), cur, ns + 1e8).change);
+  const Decision moved = p.react(uplink(Topology::kRing, 112), cur, ns + 2e8);
+  ASSERT_TRUE(moved.change);
+  ASSERT_EQ(moved.to.topology, Topology::kHierarchical) << moved.detail;
+  EXPECT_EQ(moved.link, int(Link::kOtherHost));
+  // Throttled: the ring 85, halving-doubling 95, hierarchical 108 (just under the 112 read at
+  // the change). The re-exploration may try halving-doubling; the ring is not gone back to, and
+  // the phase is run on hierarchical.
+  cur = moved.to;
+  int on_hierarchical = 0;
+  for (int i = 1; i <= 12; ++i) {
+    const double sps = cur.topology == Topology::kHierarchical      ? 108
+                       : cur.topology == Topology::kHalvingDoubling ? 95
+                                                                    : 85;
+    const Decision d = p.decide(uplink(cur.topology, sps), cur, ns + i * kStepNs);
+    on_hierarchical += cur.topology == Topology::kHierarchical;
+    if (!d.change) continue;
+    std::printf("%d: %s (%s: %s)\n", i, armName(d.to).c_str(), std::string(d.reason).c_str(),
+                d.detail.c_str());
+    EXPECT_NE(d.to.topology, Topology::kRing) << d.detail;
+    cur = d.to;
+  }
+  EXPECT_GE(on_hierarchical, 8);
+  EXPECT_EQ(cur.topology, Topology::kHierarchical);
+}
+
 // An uplink throttle that the ring's inter-host RTT does not show (BBR: 1.6-2.6 ms on netlab)
 // is a link change on the inter-host delivery rate, as for the rules, on the second step that
 // reads it: Page-Hinkley alone met it on the third reading of the drop (f30a: 1.5-1.79 s after
