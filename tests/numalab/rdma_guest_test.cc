@@ -205,6 +205,15 @@ class RdmaGuestTest : public ::testing::Test {
   }
   // Gives the go and waits up to 120 s for both ranks, then polls the service. "ok\n" and their
   // logs when both exited 0, else what went wrong; the pair is cleaned up either way.
+  // startPosts() for `writes` writes, and `options` following both ranks (job "manual", ranks 0
+  // and 1); skipped (failed under CI) without the workload in the guest.
+  void startFollowedPosts(Posts& run, int writes, ProbeOptions& options) {
+    if (access(kPosts, X_OK) != 0)
+      BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
+    if (std::string error = startPosts(run, writes); !error.empty()) FAIL() << error;
+    options.pids = {run.pids[0], run.pids[1]};
+  }
+
   std::string finishPosts(Posts& run) {
     std::ofstream(run.dir + "/go") << "go\n";
     const auto deadline = std::chrono::steady_clock::now() + 120s;
@@ -408,13 +417,11 @@ TEST_F(RdmaGuestTest, HierarchicalLeadersAndTheRingOnBoundBuffersAgreeOnFourRank
 // outstanding.
 TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
   constexpr int kWrites = 200;
-  if (access(kPosts, X_OK) != 0)
-    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
   Posts run;
-  if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
   ProbeOptions options;
-  options.pids = {run.pids[0], run.pids[1]};  // job "manual", ranks 0 and 1
-  options.rdma_sources = RdmaSources::kAll;   // both sources, to set one against the other
+  startFollowedPosts(run, kWrites, options);
+  if (HasFatalFailure() || IsSkipped()) return;
+  options.rdma_sources = RdmaSources::kAll;  // both sources, to set one against the other
   start(options, "rdma_verbs");
   requireUp("rdma_rxe");
   const std::string out = finishPosts(run);
@@ -485,12 +492,10 @@ TEST_F(RdmaGuestTest, RdmaVerbsCountsTheWritesAProgramPosted) {
 // forces it here, where fentry works): the same known answer as above, exact.
 TEST_F(RdmaGuestTest, RdmaRxeByKprobesCountsTheWritesAProgramPostedToo) {
   constexpr int kWrites = 200;
-  if (access(kPosts, X_OK) != 0)
-    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
   Posts run;
-  if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
   ProbeOptions options;
-  options.pids = {run.pids[0], run.pids[1]};
+  startFollowedPosts(run, kWrites, options);
+  if (HasFatalFailure() || IsSkipped()) return;
   options.rdma_rxe_kprobes = true;
   const std::string attach_log = startLogged(options, "rdma_rxe");
   if (HasFatalFailure()) return;
@@ -520,12 +525,10 @@ TEST_F(RdmaGuestTest, RdmaRxeByKprobesCountsTheWritesAProgramPostedToo) {
 // balancing's scan runs every 100 ms in the guest), counted as lost. Not one goes unseen.
 TEST_F(RdmaGuestTest, RdmaVerbsNonFaultingReadCountsEachCompletionOrItsLoss) {
   constexpr int kWrites = 200;
-  if (access(kPosts, X_OK) != 0)
-    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
   Posts run;
-  if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
   ProbeOptions options;
-  options.pids = {run.pids[0], run.pids[1]};
+  startFollowedPosts(run, kWrites, options);
+  if (HasFatalFailure() || IsSkipped()) return;
   options.rdma_sources = RdmaSources::kAll;  // rdma_verbs although rdma_rxe sees both devices
   options.rdma_verbs_nonfaulting = true;
   const std::string load_log = startLogged(options, "rdma_verbs");
@@ -560,12 +563,10 @@ TEST_F(RdmaGuestTest, RdmaVerbsNonFaultingReadCountsEachCompletionOrItsLoss) {
 // (no source="gloo" work request counted), and the choice exported per rank.
 TEST_F(RdmaGuestTest, AutoSourcesCountAGlooProgramOnRxeOnceFromTheKernel) {
   constexpr int kWrites = 200;
-  if (access(kPosts, X_OK) != 0)
-    BPFTRAIN_SKIP_OR_FAIL_UNDER_CI("bpftrain-rdma-posts is not in the guest (tests/numalab)");
   Posts run;
-  if (std::string error = startPosts(run, kWrites); !error.empty()) FAIL() << error;
   ProbeOptions options;
-  options.pids = {run.pids[0], run.pids[1]};
+  startFollowedPosts(run, kWrites, options);
+  if (HasFatalFailure() || IsSkipped()) return;
   ASSERT_EQ(options.rdma_sources, RdmaSources::kAuto);
   start(options, "rdma_verbs");
   requireUp("rdma_rxe");

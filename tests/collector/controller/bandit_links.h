@@ -3,6 +3,8 @@
 // bandit_trial_test.cc).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -37,6 +39,20 @@ inline Features linkFeatures(Topology t, double latest, double window, double sa
   sh.rtt_p99_s = same_host_rtt_s * 2;
   sh.rtt_jitter_s = 0.01;
   return f;
+}
+
+// Start-up on clear links: the untried arms once each, then the ring (200 samples/s, the
+// others 150) until nothing moves for 30 steps; `ns` advances with the steps.
+inline void settleOnTheRing(BanditPolicy& p, int64_t& ns) {
+  Arm cur{};
+  int quiet = 0;
+  for (int i = 0; i < 200 && quiet < 30; ++i, ns += kStepNs) {
+    const double sps = cur.topology == Topology::kRing ? 200 : 150;
+    Decision d = p.decide(linkFeatures(cur.topology, sps, sps, 1.5e-3), cur, ns);
+    quiet = d.change ? 0 : quiet + 1;
+    if (d.change) cur = d.to;
+  }
+  ASSERT_EQ(cur.topology, Topology::kRing);
 }
 
 // Drives the bandit with linkFeatures() from `sps(topology, step)` and the same-host RTT median

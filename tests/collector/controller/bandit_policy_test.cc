@@ -246,23 +246,11 @@ TEST(BanditPolicy, UnknownCurrentConfigurationMovesToAnArm) {
 // is a change at once, and the first trial goes to hierarchical (same-host links congested)
 // before the training step in flight ends. Anything less waits for decide().
 TEST(BanditPolicy, BetweenStepsAFarPastRingLinkStartsTheFirstTrial) {
-  auto calm = [](BanditPolicy& p, int64_t& ns) {
-    // Start-up: the untried arms once each, then the ring (the fastest) until nothing moves.
-    Arm cur{};
-    int quiet = 0;
-    for (int i = 0; i < 200 && quiet < 30; ++i, ns += kStepNs) {
-      const double sps = cur.topology == Topology::kRing ? 200 : 150;
-      Decision d = p.decide(linkFeatures(cur.topology, sps, sps, 1.5e-3), cur, ns);
-      quiet = d.change ? 0 : quiet + 1;
-      if (d.change) cur = d.to;
-    }
-    ASSERT_EQ(cur.topology, Topology::kRing);
-  };
   const Arm ring{};
   {
     BanditPolicy p;
     int64_t ns = 0;
-    calm(p, ns);
+    settleOnTheRing(p, ns);
     const int changes = p.changesDetected();
     // Far past (1.8x) but the latest reading only 0.8x: no.
     EXPECT_FALSE(p.react(linkFeatures(Topology::kRing, 160, 200, 9e-3), ring, ns + 1e8).change);
@@ -292,7 +280,7 @@ TEST(BanditPolicy, BetweenStepsAFarPastRingLinkStartsTheFirstTrial) {
     // Refused looks change nothing decide() does: the same calm stream stays put.
     BanditPolicy p;
     int64_t ns = 0;
-    calm(p, ns);
+    settleOnTheRing(p, ns);
     for (int k = 1; k <= 4; ++k)
       ASSERT_FALSE(
           p.react(linkFeatures(Topology::kRing, 160, 200, 9e-3), ring, ns + k * 100'000'000)
@@ -325,16 +313,10 @@ TEST(BanditPolicy, HierarchicalTriedOnAnUplinkChangeIsKeptBelowTheReadingThatSho
     return f;
   };
   BanditPolicy p;
-  Arm cur{};
   int64_t ns = 0;
-  int quiet = 0;
-  for (int i = 0; i < 200 && quiet < 30; ++i, ns += kStepNs) {
-    const double sps = cur.topology == Topology::kRing ? 200 : 150;
-    Decision d = p.decide(linkFeatures(cur.topology, sps, sps, 1.5e-3), cur, ns);
-    quiet = d.change ? 0 : quiet + 1;
-    if (d.change) cur = d.to;
-  }
-  ASSERT_EQ(cur.topology, Topology::kRing);
+  settleOnTheRing(p, ns);
+  if (HasFatalFailure()) return;
+  Arm cur{};
   EXPECT_FALSE(p.react(uplink(Topology::kRing, 112), cur, ns + 1e8).change);
   const Decision moved = p.react(uplink(Topology::kRing, 112), cur, ns + 2e8);
   ASSERT_TRUE(moved.change);
