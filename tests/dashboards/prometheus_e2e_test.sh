@@ -130,7 +130,16 @@ wait_for 40 "10 s of both ranks' data" has_data \
   "count(count_over_time(bpftrain_step[1m]) >= 10) == 2"  # any job label: checked below
 wait_for 25 "a controller decision" has_data "bpftrain_controller_decisions_total"
 wait_for 10 "the recording rules" has_data "job:bpftrain_step_seconds:p99_rate1m"
-wait_for 20 "two decisions applied" has_data "bpftrain_controller_apply_seconds_hist_count > 1"
+# The decision-to-applied panel draws a rate, which a 1 s step of the range has only once a
+# scrape after the series' first one saw it grow and a step fell after that scrape: waiting on
+# the latest count (> 1) raced it (a rehearsal, 2026-12-07: the count read 1, 1, 2 at 15-17 s,
+# and the check ran before a step held the rise).
+range_has_data() {  # range_has_data PROMQL: a number at some step of the run so far
+  query_range "$1" | jq -e '.status == "success" and
+    (.data.result | map(select(any(.values[]; .[1] != "NaN"))) | length > 0)' >/dev/null
+}
+wait_for 20 "decisions applied, as the panel draws them" range_has_data \
+  "rate(bpftrain_controller_apply_seconds_hist_count[5m]) > 0"
 
 fail=0
 checked=0
