@@ -44,6 +44,16 @@ Setting probeNames(std::vector<std::string> CollectorConfig::*list) {
           }};
 }
 
+// --rdma-sources, --rdma-rxe-attach, --rdma-verbs-read: `auto` (the default) or `other`, which
+// sets `flag`.
+Setting autoOr(const char* other, bool CollectorConfig::*flag) {
+  return {false, false, [other, flag](CollectorConfig& c, const std::string& v) -> std::string {
+            if (v != "auto" && v != other) return std::string("expected auto or ") + other + got(v);
+            c.*flag = v == other;
+            return {};
+          }};
+}
+
 // HOST:PORT, [IPV6]:PORT or NAME:PORT (common/host_port.h); names resolve when used.
 std::string hostPort(const std::string& v, PortZero zero, HostPort& out) {
   std::string error;
@@ -212,34 +222,9 @@ const std::map<std::string, Setting>& settings() {
           c.all_processes = v == "true";
           return {};
         }}},
-      {"rdma_sources",
-       {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::string {
-          if (v != "auto" && v != "all") return "expected auto or all" + got(v);
-          c.rdma_sources_all = v == "all";
-          return {};
-        }}},
-      {"rdma_rxe_attach",
-       {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::
-                                                         string {
-                                                           if (v != "auto" && v != "kprobe")
-                                                             return "expected auto or kprobe" +
-                                                                    got(v);
-                                                           c.rdma_rxe_kprobes = v == "kprobe";
-                                                           return {};
-                                                         }}},
-      {"rdma_verbs_read",
-       {false, false,
-        [](CollectorConfig& c, const std::string& v) -> std::
-                                                         string {
-                                                           if (v != "auto" && v != "nonfaulting")
-                                                             return "expected auto or nonfaulting" +
-                                                                    got(v);
-                                                           c.rdma_verbs_nonfaulting =
-                                                               v == "nonfaulting";
-                                                           return {};
-                                                         }}},
+      {"rdma_sources", autoOr("all", &CollectorConfig::rdma_sources_all)},
+      {"rdma_rxe_attach", autoOr("kprobe", &CollectorConfig::rdma_rxe_kprobes)},
+      {"rdma_verbs_read", autoOr("nonfaulting", &CollectorConfig::rdma_verbs_nonfaulting)},
       {"discover",
        {true, false,
         [](CollectorConfig& c, const std::string& v) -> std::

@@ -22,9 +22,8 @@ double Diagnoser::deliveryExcess(const Features& f, int l, bool rtt_observable) 
 double Diagnoser::linkExcess(const Features& f, int l, Diagnosis& out, bool rtt_observable) const {
   const LinkSignals& ls = f.links[size_t(l)];
   if (!ls.seen) return 0;
-  const double limit =
-      Link(l) == Link::kSameHost ? config_.same_host_rtt_p50_s : config_.other_host_rtt_p50_s;
   const bool same = Link(l) == Link::kSameHost;
+  const double limit = same ? config_.same_host_rtt_p50_s : config_.other_host_rtt_p50_s;
   const double delivery = deliveryExcess(f, l, rtt_observable);
   // An inter-host link that carries its usual rate is not the slow one, whatever its RTT: on
   // the ring with lo throttled its RTT median rose to 8.6 ms (the ranks behind the throttled

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -108,12 +107,12 @@ TEST_F(ProbeServiceTest, DeliveryRateShowsWhatThePathCarries) {
                   {{"job", "manual"}, {"rank", rank}, {"transport", "tcp"}, {"link", "same_host"}});
   };
   const auto fast_rate = get("0"), slow_rate = get("1");
-  const std::string seen = "fast " + std::to_string(fast_rate.count) + " samples p50 " +
-                           std::to_string(quantile(fast_rate, 0.5)) + " max " +
-                           std::to_string(fast_rate.max) + " B/s, slow " +
-                           std::to_string(slow_rate.count) + " samples p50 " +
-                           std::to_string(quantile(slow_rate, 0.5)) + " B/s";
-  std::printf("delivery rate: %s\n", seen.c_str());
+  char seen[160];
+  std::snprintf(
+      seen, sizeof seen, "fast %lu samples p50 %.3g max %.3g B/s, slow %lu samples p50 %.3g B/s",
+      static_cast<unsigned long>(fast_rate.count), quantile(fast_rate, 0.5), fast_rate.max,
+      static_cast<unsigned long>(slow_rate.count), quantile(slow_rate, 0.5));
+  std::printf("delivery rate: %s\n", seen);
   // Measured: slow 4.5e7 B/s over 18-26 samples (a rate sample spans the bursts the reader's
   // window lets out: above its 8 MB/s, far below loopback's), fast p50 2.9e9-3.4e10 over 0-16
   // samples (its reader keeps up, so most of its samples are application-limited and left out).

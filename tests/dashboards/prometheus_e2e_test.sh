@@ -125,6 +125,10 @@ has_data() {  # has_data PROMQL: at least one sample that is a number
   query "$1" | jq -e '.status == "success" and
     (.data.result | map(select(.value[1] != "NaN")) | length > 0)' >/dev/null
 }
+range_has_data() {  # range_has_data PROMQL: a number at some step of the run so far
+  query_range "$1" | jq -e '.status == "success" and
+    (.data.result | map(select(any(.values[]; .[1] != "NaN"))) | length > 0)' >/dev/null
+}
 # 10 s of both ranks' samples in Prometheus, a controller decision, and the 1m-rate rules filled.
 wait_for 40 "10 s of both ranks' data" has_data \
   "count(count_over_time(bpftrain_step[1m]) >= 10) == 2"  # any job label: checked below
@@ -134,10 +138,6 @@ wait_for 10 "the recording rules" has_data "job:bpftrain_step_seconds:p99_rate1m
 # scrape after the series' first one saw it grow and a step fell after that scrape: waiting on
 # the latest count (> 1) raced it (a rehearsal, 2026-12-07: the count read 1, 1, 2 at 15-17 s,
 # and the check ran before a step held the rise).
-range_has_data() {  # range_has_data PROMQL: a number at some step of the run so far
-  query_range "$1" | jq -e '.status == "success" and
-    (.data.result | map(select(any(.values[]; .[1] != "NaN"))) | length > 0)' >/dev/null
-}
 wait_for 20 "decisions applied, as the panel draws them" range_has_data \
   "rate(bpftrain_controller_apply_seconds_hist_count[5m]) > 0"
 

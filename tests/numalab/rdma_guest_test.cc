@@ -86,8 +86,8 @@ class RdmaGuestTest : public ::testing::Test {
     const int saved = dup(2);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
-      ADD_FAILURE() << "cannot write " << log;
       close(saved);
+      [&] { FAIL() << "cannot write " << log; }();  // fatal: the caller's HasFatalFailure()
       return {};
     }
     dup2(fd, 2);

@@ -234,8 +234,8 @@ Result<std::unique_ptr<ProbeObject>> load(const ProbeEnv& env, LoadNotes& notes)
   if (!no_sleepable.empty())
     std::fprintf(stderr,
                  "bpftrain: rdma_verbs: completions read without faulting (not the sleepable "
-                 "program: %s); one whose ibv_wc "
-                 "page NUMA balancing has just unmapped is counted as lost\n",
+                 "program: %s); one whose ibv_wc page NUMA balancing has just unmapped is counted "
+                 "as lost\n",
                  no_sleepable.c_str());
   static_cast<Object*>(loaded.value().get())->configure(env);
   return loaded;
