@@ -73,12 +73,31 @@ void BanditPolicy::resetStint() {
   resumed_obs_ = 0;
   stint_mean_ = 0;
   ph_up_ = ph_down_ = 0;
+  recent_ = RecentReadings{};
   link_steps_ = 0;
   link_clear_ = false;
 }
 
 double BanditPolicy::incumbentLevel(size_t cur) const {
   return stats_[cur].n > 0 ? meanReward(cur) : stint_mean_;
+}
+
+double BanditPolicy::RecentReadings::median() const {
+  // Insertion sort of at most kSize values (std::sort over a part of a std::array trips GCC
+  // 12's -Warray-bounds on its 16-element threshold).
+  const int k = held();
+  std::array<double, kSize> sorted{};
+  for (int i = 0; i < k; ++i) {
+    int j = i;
+    for (; j > 0 && sorted[size_t(j - 1)] > value[size_t(i)]; --j)
+      sorted[size_t(j)] = sorted[size_t(j - 1)];
+    sorted[size_t(j)] = value[size_t(i)];
+  }
+  return k % 2 ? sorted[size_t(k / 2)] : (sorted[size_t(k / 2 - 1)] + sorted[size_t(k / 2)]) / 2;
+}
+
+bool BanditPolicy::stalled(double reading) const {
+  return recent_.held() >= kStallBaseline && reading <= config_.abandon_fraction * recent_.median();
 }
 
 Decision BanditPolicy::move(size_t to, size_t cur, std::string_view reason, std::string detail,
@@ -90,7 +109,7 @@ Decision BanditPolicy::move(size_t to, size_t cur, std::string_view reason, std:
   d.reason = reason;
   d.detail = std::move(detail);
   trial_ = Trial{to, cur, incumbentLevel(cur), paid, reprobe};
-  trial_->from_state = ChangeState{stint_mean_, stint_obs_, ph_up_, ph_down_, link_clear_};
+  trial_->from_state = ChangeState{stint_mean_, stint_obs_, ph_up_, ph_down_, link_clear_, recent_};
   return d;
 }
 
@@ -168,6 +187,7 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
       ph_up_ = s.ph_up;
       ph_down_ = s.ph_down;
       link_clear_ = s.link_clear;
+      recent_ = s.recent;
     }
     resume_.reset();
     rise_.restart(now_ns);
@@ -206,7 +226,12 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
     // phase). Page-Hinkley still reads them, against the level before the trial: a change
     // during the trial is seen.
     const bool returning = resumed_obs_ > 0 && ownReadings() < 2 * trial_steps;
-    if (!returning) observe(size_t(cur), reward);
+    // A stall is no part of the incumbent's level (a trial's readings are judged as they come).
+    const bool stall = !trial_ && stalled(reward);
+    if (!returning) {
+      if (!stall) observe(size_t(cur), reward);
+      recent_.push(reward);
+    }
     if (trial_) {
       // A trial's readings are judged against the incumbent, never as a phase change.
       trial_->sum += reward;
@@ -224,12 +249,16 @@ Decision BanditPolicy::decide(const Features& f, const Arm& current, int64_t now
                         rise_.update(f.samples_per_s_window, now_ns);
       if (steps_ == config_.warmup_steps + 1 && changes_detected_ == 0) {
         // The end of start-up: the incumbent's level and Page-Hinkley's reference from here on
-        // (its links seen clear still count). Start-up trials are judged against it.
+        // (its links seen clear and its latest readings still count), the latest reading unless
+        // it stalled. Start-up trials are judged against it.
+        const double level = stall ? recent_.median() : reward;
         stats_[size_t(cur)] = ArmStats{};
-        observe(size_t(cur), reward);
+        observe(size_t(cur), level);
         const bool link_clear = link_clear_;
-        restartStint(reward, settle_steps, now_ns);
+        const RecentReadings recent = recent_;
+        restartStint(level, settle_steps, now_ns);
         link_clear_ = link_clear;
+        recent_ = recent;
       } else if ((drift || rose) && steps_ <= config_.warmup_steps) {
         // Start-up (first steps, caches, buffers) is not a phase change: restart the test.
         restartStint(reward, settle_steps, now_ns);

@@ -17,6 +17,7 @@
 // higher rung can hide the congestion it avoids, so only a probe shows the way back).
 #pragma once
 
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -137,13 +138,23 @@ class BanditPolicy final : public Policy {
     double n = 0;        // discounted
     int last_step = -1;  // the step of the last observation
   };
+  // The stint's latest readings, oldest overwritten: what a stall is judged against (stalled()).
+  struct RecentReadings {
+    static constexpr int kSize = 5;
+    std::array<double, kSize> value{};
+    int n = 0;  // readings pushed (value holds the last min(n, kSize))
+    void push(double reading) { value[size_t(n++ % kSize)] = reading; }
+    int held() const { return n < kSize ? n : kSize; }
+    double median() const;
+  };
   // What a stint's change detection knows of its arm: Page-Hinkley's reference and sums, and
-  // whether its links were seen clear (linkChange()).
+  // whether its links were seen clear (linkChange()); and its latest readings.
   struct ChangeState {
     double mean = 0;
     int obs = 0;
     double ph_up = 0, ph_down = 0;
     bool link_clear = false;
+    RecentReadings recent{};
   };
   // A move to another arm under test against the arm it left.
   struct Trial {
@@ -195,6 +206,15 @@ class BanditPolicy final : public Policy {
   int ownReadings() const { return stint_obs_ - resumed_obs_; }
   double index(size_t arm, double total_n, double scale) const;
   double incumbentLevel(size_t cur) const;
+  // A reading at or below abandon_fraction of the median of the stint's latest readings (once
+  // it holds kStallBaseline of them): a stalled step (the reader or a rank off its core), kept
+  // out of the arm's level, which trials are judged against; Page-Hinkley still reads it, and
+  // the readings after it are judged against a median that a lasting drop soon moves. f39b
+  // bandit r0 (five-phase) read the ring at 379 samples/s at the end of start-up, between
+  // readings of 750-890; its level read 701, and hierarchical's start-up trial (750, 0.97x the
+  // ring) beat it and ran the clear phases.
+  bool stalled(double reading) const;
+  static constexpr int kStallBaseline = 3;
   Decision move(size_t to, size_t cur, std::string_view reason, std::string detail, bool paid,
                 bool reprobe);
   void endTrial(bool kept);
@@ -217,6 +237,7 @@ class BanditPolicy final : public Policy {
   int resumed_obs_ = 0;
   double stint_mean_ = 0;
   double ph_up_ = 0, ph_down_ = 0;
+  RecentReadings recent_;          // the stint's own readings (not those of a return's dwell)
   int link_steps_ = 0;             // consecutive steps with a congested link on the ring
   bool link_clear_ = false;        // the stint's links were judged clear at least once
   int start_congested_looks_ = 0;  // start-up looks in a row with the ring's links congested
