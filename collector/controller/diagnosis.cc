@@ -145,8 +145,13 @@ Diagnosis Diagnoser::raw(const Features& f) {
   const RingProbeJudge::Verdict probe =
       flat ? RingProbeJudge::Verdict::kNone : ring_probe_.update(f, f.now_ns, probe_why);
   const bool carried_uplink = flat_link_.link.starts_with("other_host");
+  // The latest step risen too is the verdict at the first risen window: a direct reading, as
+  // the ring probe's is for the same-host links. With two windows in a row the diagnosis after an
+  // uplink's lift came 1.35-1.59 s after it (f40, six runs), where the 1 s window read 1.15x
+  // its level 0.39-0.96 s after it; through the throttled phase neither read over 1.08x its
+  // median (~150 looks per run).
   const bool risen = !flat && carried_uplink && f.config_consistent &&
-                     uplink_rise_.update(f.samples_per_s_window, f.now_ns);
+                     uplink_rise_.update(f.samples_per_s_window, f.now_ns, f.samples_per_s);
   if (flat || !carried_uplink) uplink_rise_.restart(f.now_ns);
   if (!flat && f.config_consistent) moved_on_link_ = -1;  // the move applied
   if (flat) {

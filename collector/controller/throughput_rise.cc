@@ -11,27 +11,32 @@ void ThroughputRise::restart(int64_t now_ns) {
   rise_steps_ = 0;
 }
 
-bool ThroughputRise::update(double samples_per_s, int64_t now_ns) {
+bool ThroughputRise::update(double samples_per_s, int64_t now_ns, double latest_samples_per_s) {
+  latest_ = 0;
   if (mark_ns_ < 0 || samples_per_s <= 0 || now_ns - mark_ns_ < config_.settle.count()) {
     rise_steps_ = 0;
     return false;
   }
   last_ = samples_per_s;
-  if (n_ < config_.min_readings || samples_per_s < config_.factor * (sum_ / n_)) {
+  const double level = n_ > 0 ? sum_ / n_ : 0;
+  if (n_ < config_.min_readings || samples_per_s < config_.factor * level) {
     rise_steps_ = 0;
     sum_ += samples_per_s;
     ++n_;
     return false;
   }
   ++rise_steps_;
-  return rise_steps_ >= config_.steps;
+  if (latest_samples_per_s >= config_.factor * level) latest_ = latest_samples_per_s;
+  return rise_steps_ >= config_.steps || latest_ > 0;
 }
 
 std::string ThroughputRise::why(const char* since) const {
   const double level = n_ > 0 ? sum_ / n_ : 0;
   return figures("samples/s rose to %.0f, %.2fx its %.0f ", last_, level > 0 ? last_ / level : 0,
                  level) +
-         since + figures(", for %.0f steps", double(rise_steps_));
+         since +
+         (latest_ > 0 ? figures(", the latest step at %.0f", latest_)
+                      : figures(", for %.0f steps", double(rise_steps_)));
 }
 
 }  // namespace bpftrain::collector::controller

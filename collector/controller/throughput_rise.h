@@ -4,7 +4,8 @@
 // a few ms: ring_probe_judge.h). The level is the mean of the readings from `settle` after the
 // mark (the window still holds the previous rung's steps before that), known after
 // `min_readings`; a reading at `factor` x the level or more is a rise, and `steps` of them in a
-// row are the verdict. A rise never becomes the level.
+// row are the verdict, or one whose latest step (a second reading: the step the look follows)
+// is at `factor` x the level too, when the caller passes it. A rise never becomes the level.
 //
 // On netlab's five-phase runs (8 runs, 2026-12-05) hierarchical's 1 s window through the
 // throttled uplink read at most 1.12x its in-phase median (p99 1.08-1.11), and 1.14-1.54x it
@@ -30,8 +31,9 @@ class ThroughputRise {
   explicit ThroughputRise(ThroughputRiseConfig config = {}) : config_(config) {}
   // A new level from now_ns (+ settle) on.
   void restart(int64_t now_ns);
-  // One step's samples/s (the window's): true once `steps` readings in a row rose.
-  bool update(double samples_per_s, int64_t now_ns);
+  // One step's samples/s (the window's): true once `steps` readings in a row rose, or at the
+  // first when `latest_samples_per_s` (the latest training step's; 0: not given) rose as well.
+  bool update(double samples_per_s, int64_t now_ns, double latest_samples_per_s = 0);
   // "samples/s rose to X, Nx its Y since ..., for K steps" (for a decision's or diagnosis' text).
   std::string why(const char* since) const;
 
@@ -42,6 +44,7 @@ class ThroughputRise {
   int n_ = 0;
   int rise_steps_ = 0;
   double last_ = 0;
+  double latest_ = 0;  // the latest step's samples/s that corroborated a rise (0: none)
 };
 
 }  // namespace bpftrain::collector::controller

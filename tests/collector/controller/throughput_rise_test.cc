@@ -37,5 +37,26 @@ TEST(ThroughputRise, RisesOverItsLevelSinceTheMarkForItsStepsInARow) {
   EXPECT_FALSE(r.update(1200, t + 3 * kStepNs)) << "a new level from the restart";
 }
 
+// The latest step at the factor too makes the first risen window the verdict; the latest step
+// alone is no rise, and does not become the level either.
+TEST(ThroughputRise, TheLatestStepRisenTooIsTheVerdictAtTheFirstRisenWindow) {
+  ThroughputRise r;  // 1.15x, 2 steps, 6 readings, 2 s settle
+  r.restart(0);
+  int64_t t = 2'000'000'000;
+  for (int i = 0; i < 6; ++i, t += kStepNs) EXPECT_FALSE(r.update(1000, t, 1000));
+  EXPECT_FALSE(r.update(1000, t, 1500)) << "the latest step alone";
+  t += kStepNs;
+  EXPECT_FALSE(r.update(1200, t, 1100)) << "the window alone, one step";
+  t += kStepNs;
+  EXPECT_FALSE(r.update(1000, t, 1000));
+  t += kStepNs;
+  EXPECT_TRUE(r.update(1200, t, 1160)) << "both at 1.15x the level (1000)";
+  EXPECT_NE(r.why("since the climb")
+                .find("rose to 1200, 1.20x its 1000 since the climb, the "
+                      "latest step at 1160"),
+            std::string::npos)
+      << r.why("since the climb");
+}
+
 }  // namespace
 }  // namespace bpftrain::collector::controller
