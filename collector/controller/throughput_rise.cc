@@ -18,22 +18,22 @@ bool ThroughputRise::update(double samples_per_s, int64_t now_ns, double latest_
     return false;
   }
   last_ = samples_per_s;
-  const double level = n_ > 0 ? sum_ / n_ : 0;
-  if (n_ < config_.min_readings || samples_per_s < config_.factor * level) {
+  const double mean = level();
+  if (n_ < config_.min_readings || samples_per_s < config_.factor * mean) {
     rise_steps_ = 0;
     sum_ += samples_per_s;
     ++n_;
     return false;
   }
   ++rise_steps_;
-  if (latest_samples_per_s >= config_.factor * level) latest_ = latest_samples_per_s;
+  if (latest_samples_per_s >= config_.factor * mean) latest_ = latest_samples_per_s;
   return rise_steps_ >= config_.steps || latest_ > 0;
 }
 
 std::string ThroughputRise::why(const char* since) const {
-  const double level = n_ > 0 ? sum_ / n_ : 0;
-  return figures("samples/s rose to %.0f, %.2fx its %.0f ", last_, level > 0 ? last_ / level : 0,
-                 level) +
+  const double mean = level();
+  return figures("samples/s rose to %.0f, %.2fx its %.0f ", last_, mean > 0 ? last_ / mean : 0,
+                 mean) +
          since +
          (latest_ > 0 ? figures(", the latest step at %.0f", latest_)
                       : figures(", for %.0f steps", double(rise_steps_)));

@@ -38,6 +38,9 @@ class ThroughputRise {
   std::string why(const char* since) const;
 
  private:
+  // The mean of the readings since the mark's settling (0 before any).
+  double level() const { return n_ > 0 ? sum_ / n_ : 0; }
+
   ThroughputRiseConfig config_;
   int64_t mark_ns_ = -1;
   double sum_ = 0;

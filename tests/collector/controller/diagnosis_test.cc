@@ -282,60 +282,58 @@ TEST(Diagnosis, TheRingProbeEndsACarriedLinkCongestion) {
   EXPECT_EQ(settle(d, f).cause, "none");
 }
 
+// An inter-host congestion diagnosed on the ring, then carried on hierarchical after the move:
+// the job's features there, fed a step (500 ms) at a time.
+struct CarriedUplink {
+  Diagnoser d;
+  Features f;
+  int64_t t = 0;
+  void start() {
+    JobState j = ring();
+    j.other_host = {9e-3, 33e-3, 7e6};
+    const Diagnosis& seen = settle(d, featuresOf(j));
+    ASSERT_EQ(seen.cause, "congested_link");
+    EXPECT_EQ(seen.link.rfind("other_host", 0), 0u) << seen.link;
+    JobState h;
+    h.topology = int(Topology::kHierarchical);
+    h.other_host = {6e-3, 14e-3, 7e6};
+    f = featuresOf(h);
+  }
+  // The 1 s window's samples/s and the latest training step's.
+  const Diagnosis& step(double window, double latest) {
+    t += 500'000'000;
+    f.now_ns = t;
+    f.samples_per_s_window = window;
+    f.samples_per_s = latest;
+    return d.update(f);
+  }
+};
+
 // An inter-host congestion carried off the ring ends when the job runs faster than it did since
 // it left the ring (an uplink's lift shows on hierarchical, whose leaders cross it), at once.
 TEST(Diagnosis, ARiseEndsACarriedUplinkCongestion) {
-  Diagnoser d;
-  JobState j = ring();
-  j.other_host = {9e-3, 33e-3, 7e6};
-  const Diagnosis& seen = settle(d, featuresOf(j));
-  ASSERT_EQ(seen.cause, "congested_link");
-  EXPECT_EQ(seen.link.rfind("other_host", 0), 0u) << seen.link;
-  JobState h;
-  h.topology = int(Topology::kHierarchical);
-  h.other_host = {6e-3, 14e-3, 7e6};
-  Features f = featuresOf(h);
-  int64_t t = 0;
-  auto step = [&](double samples_per_s) -> const Diagnosis& {
-    t += 500'000'000;
-    f.now_ns = t;
-    f.samples_per_s_window = samples_per_s;
-    return d.update(f);
-  };
-  f.samples_per_s = 1200;  // the latest step's, not risen
-  for (int i = 0; i < 12; ++i) EXPECT_EQ(step(1200).cause, "congested_link") << i;
-  EXPECT_TRUE(d.last().carried);
-  EXPECT_EQ(step(1700).cause, "congested_link") << "one step of the rise";
-  EXPECT_EQ(step(1700).cause, "none") << "two: at once, without the hold";
+  CarriedUplink c;
+  ASSERT_NO_FATAL_FAILURE(c.start());
+  // The latest step's samples/s stays at 1200: not risen.
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(c.step(1200, 1200).cause, "congested_link") << i;
+  EXPECT_TRUE(c.d.last().carried);
+  EXPECT_EQ(c.step(1700, 1200).cause, "congested_link") << "one step of the rise";
+  EXPECT_EQ(c.step(1700, 1200).cause, "none") << "two: at once, without the hold";
 }
 
 // The latest training step risen with the window is the verdict at the first risen window: on
 // netlab (f40) the diagnosis after an uplink's lift came 1.35-1.59 s after it with two windows in
 // a row, where the window first read 1.15x its level 0.39-0.96 s after it.
 TEST(Diagnosis, ARiseTheLatestStepCorroboratesEndsACarriedUplinkCongestionAtItsFirstWindow) {
-  Diagnoser d;
-  JobState j = ring();
-  j.other_host = {9e-3, 33e-3, 7e6};
-  ASSERT_EQ(settle(d, featuresOf(j)).cause, "congested_link");
-  JobState h;
-  h.topology = int(Topology::kHierarchical);
-  h.other_host = {6e-3, 14e-3, 7e6};
-  Features f = featuresOf(h);
-  int64_t t = 0;
-  auto step = [&](double window, double latest) -> const Diagnosis& {
-    t += 500'000'000;
-    f.now_ns = t;
-    f.samples_per_s_window = window;
-    f.samples_per_s = latest;
-    return d.update(f);
-  };
-  for (int i = 0; i < 12; ++i) EXPECT_EQ(step(1200, 1200).cause, "congested_link") << i;
+  CarriedUplink c;
+  ASSERT_NO_FATAL_FAILURE(c.start());
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(c.step(1200, 1200).cause, "congested_link") << i;
   // A fast step alone, and a risen window with a step under 1.15x the level, are not the lift.
-  EXPECT_EQ(step(1200, 1700).cause, "congested_link") << "the latest step alone";
-  EXPECT_EQ(step(1200, 1200).cause, "congested_link");
-  EXPECT_EQ(step(1700, 1300).cause, "congested_link") << "the window alone, one step";
-  EXPECT_EQ(step(1200, 1200).cause, "congested_link");
-  EXPECT_EQ(step(1700, 1500).cause, "none") << "both: at once";
+  EXPECT_EQ(c.step(1200, 1700).cause, "congested_link") << "the latest step alone";
+  EXPECT_EQ(c.step(1200, 1200).cause, "congested_link");
+  EXPECT_EQ(c.step(1700, 1300).cause, "congested_link") << "the window alone, one step";
+  EXPECT_EQ(c.step(1200, 1200).cause, "congested_link");
+  EXPECT_EQ(c.step(1700, 1500).cause, "none") << "both: at once";
 }
 
 // With two hosts both ends of a throttled uplink read it: the peer named alternates between
